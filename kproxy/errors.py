@@ -1,0 +1,78 @@
+"""One exception hierarchy for kproxy.
+
+Everything kproxy raises on purpose derives from :class:`KproxyError`. The tree keeps
+"your input is wrong" (:class:`ConfigError`, :class:`InvalidArgument`, :class:`InvalidObject`)
+apart from "something outside failed" (:class:`SourceError`, :class:`KernelError`), and each
+class also derives from the builtin a caller would naturally catch.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "InvalidArgument",
+    "InvalidObject",
+    "InvalidTransition",
+    "KernelError",
+    "KproxyError",
+    "NoEndpointsError",
+    "SourceError",
+]
+
+
+class KproxyError(Exception):
+    """Root of every error kproxy raises on purpose."""
+
+
+class ConfigError(KproxyError, ValueError):
+    """A flag, option or configuration file is wrong; the message names it and the fix."""
+
+
+class InvalidArgument(KproxyError, TypeError):
+    """A library call got an argument of the wrong type or an impossible value."""
+
+
+class InvalidObject(KproxyError, ValueError):
+    """A Kubernetes object (Service, EndpointSlice, Endpoints) failed validation.
+
+    Attributes:
+        source: where the object came from (a file path, ``memory``, or ``kube``), or ``""``.
+        obj: ``"Kind namespace/name"`` as far as it could be read.
+        field: the JSON path of the bad field, e.g. ``spec.ports[0].port``.
+        problem: what was wrong, with the value that arrived.
+    """
+
+    def __init__(self, *, source: str = "", obj: str = "", field: str = "", problem: str) -> None:
+        self.source = source
+        self.obj = obj
+        self.field = field
+        self.problem = problem
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        parts = [p for p in (self.source, self.obj, self.field) if p]
+        where = ": ".join(parts)
+        return f"{where}: {self.problem}" if where else self.problem
+
+    def with_source(self, source: str) -> InvalidObject:
+        """Return a copy of this error that names ``source`` (a file path) as its origin."""
+        return InvalidObject(source=source, obj=self.obj, field=self.field, problem=self.problem)
+
+
+class SourceError(KproxyError, OSError):
+    """A source of objects (manifest files, the API server) could not be read."""
+
+
+class KernelError(KproxyError, OSError):
+    """Applying state to a kernel (emulated or real) failed; the previous state stays."""
+
+
+class NoEndpointsError(KproxyError, LookupError):
+    """A Service port has no usable endpoint to send a new connection to."""
+
+
+class InvalidTransition(KproxyError, RuntimeError):
+    """A state machine got an event that is illegal in its current state.
+
+    The message names the machine, the state and the event.
+    """
