@@ -9,7 +9,14 @@ from kproxy.model.endpointslice import (
     endpoints_to_slices,
     parse_endpoint_slice,
 )
-from kproxy.model.names import IPFamily, NamespacedName, Protocol, ServicePortName, family_of
+from kproxy.model.names import (
+    IPFamily,
+    NamespacedName,
+    Protocol,
+    ServicePortName,
+    family_of,
+    join_host_port,
+)
 from kproxy.model.objects import KubeObject, ParseResult, parse_objects
 from kproxy.model.service import (
     DEFAULT_AFFINITY_TIMEOUT_S,
@@ -59,6 +66,7 @@ __all__ = [
     "categorize_endpoints",
     "endpoints_to_slices",
     "family_of",
+    "join_host_port",
     "parse_endpoint_slice",
     "parse_objects",
     "parse_service",

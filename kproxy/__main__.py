@@ -1,0 +1,5 @@
+"""``python -m kproxy`` runs the ``kproxy`` command."""
+
+from kproxy.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,172 @@
+"""The ``kproxy`` command: argument parsing only; the work happens in :mod:`kproxy.daemon`.
+
+Flags follow kube-proxy's names where one exists (``--proxy-mode``, ``--hostname-override``,
+``--min-sync-period``, ``--sync-period``, ``--bind-address``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import signal
+import socket
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
+
+import structlog
+
+from kproxy.cli.durations import parse_duration
+from kproxy.errors import ConfigError, KproxyError
+from kproxy.model import IPFamily, NodeConfig
+from kproxy.observability import configure_logging
+
+__all__ = ["build_parser", "main"]
+
+_MODES = ("userspace", "iptables", "nftables", "ipvs", "ebpf")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every ``kproxy`` subcommand."""
+    parser = argparse.ArgumentParser(
+        prog="kproxy",
+        description="Kubernetes Service proxying, as kube-proxy does it, in Python.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    run = sub.add_parser("run", help="proxy Services for real (userspace mode)",
+                         description="Watch Services and EndpointSlices and proxy their traffic.")
+    src = run.add_argument_group("source")
+    src.add_argument("--manifests", nargs="+", metavar="PATH", required=True,
+                     help="YAML or JSON files or folders with Services and EndpointSlices; "
+                          "reloaded when they change")
+    run.add_argument("--proxy-mode", default="userspace", choices=_MODES,
+                     help="the proxy mode (only userspace runs for real; default userspace)")
+    node = run.add_argument_group("node")
+    node.add_argument("--hostname-override", default=None, metavar="NAME",
+                      help="this node's name; endpoints with this nodeName are local "
+                           "(default: the host name, lower case, as kube-proxy)")
+    node.add_argument("--node-zone", default=None, metavar="ZONE",
+                      help="this node's topology.kubernetes.io/zone label, for topology hints")
+    node.add_argument("--ip-families", default="IPv4,IPv6", metavar="LIST",
+                      help="families to proxy, primary first (default IPv4,IPv6)")
+    node.add_argument("--service-proxy-name", default=None, metavar="NAME",
+                      help="serve Services labelled service.kubernetes.io/service-proxy-name=NAME "
+                           "(default: none, as kube-proxy)")
+    us = run.add_argument_group("userspace data plane")
+    us.add_argument("--bind-address", default=None, metavar="ADDR",
+                    help="listen on this one address, one port per service port (default: one "
+                         "loopback address per Service, on the Service's own ports)")
+    us.add_argument("--loopback-block", default="127.0.0.0/8", metavar="CIDR",
+                    help="block the per-Service loopback addresses come from (default 127.0.0.0/8)")
+    us.add_argument("--address-map", default=None, metavar="FILE",
+                    help="write the address table as JSON to FILE at every change")
+    us.add_argument("--udp-timeout", default="30s", metavar="D",
+                    help="idle timeout of a UDP session (default 30s)")
+    us.add_argument("--drain-timeout", default="10s", metavar="D",
+                    help="on SIGINT/SIGTERM, how long open connections may finish (default 10s)")
+    sync = run.add_argument_group("sync")
+    sync.add_argument("--min-sync-period", default="1s", metavar="D",
+                      help="minimum time between syncs (default 1s)")
+    sync.add_argument("--sync-period", default="30s", metavar="D",
+                      help="maximum time between syncs (default 30s)")
+    run.add_argument("--log-format", default="console", choices=("console", "json"))
+    run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    return parser
+
+
+def _families(text: str) -> tuple[IPFamily, ...]:
+    out = []
+    for item in text.split(","):
+        name = item.strip()
+        matches = [f for f in IPFamily if f.value.lower() == name.lower()]
+        if not matches:
+            raise ConfigError(f"--ip-families: unknown family {name!r}; expected IPv4 and/or IPv6")
+        if matches[0] in out:
+            raise ConfigError(f"--ip-families: {name} is listed twice")
+        out.append(matches[0])
+    return tuple(out)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kproxy.daemon import UserspaceOptions, serve
+    from kproxy.sources.manifests import ManifestSource
+
+    if args.proxy_mode != "userspace":
+        raise ConfigError(
+            f"--proxy-mode {args.proxy_mode}: `kproxy run` serves traffic only in userspace mode "
+            "so far; the other modes are rendered and traced, not run")
+    if args.bind_address is not None:
+        try:
+            ipaddress.ip_address(args.bind_address)
+        except ValueError:
+            raise ConfigError(f"--bind-address: {args.bind_address!r} is not an IP address") from None
+    try:
+        ipaddress.ip_network(args.loopback_block)
+    except ValueError:
+        raise ConfigError(f"--loopback-block: {args.loopback_block!r} is not a CIDR") from None
+    min_sync = parse_duration(args.min_sync_period, flag="--min-sync-period")
+    sync_period = parse_duration(args.sync_period, flag="--sync-period")
+    if sync_period <= 0 or min_sync > sync_period:
+        raise ConfigError(f"--sync-period ({args.sync_period}) must be > 0 and >= "
+                          f"--min-sync-period ({args.min_sync_period})")
+    options = UserspaceOptions(
+        bind_address=args.bind_address,
+        loopback_block=args.loopback_block,
+        address_map_path=args.address_map,
+        udp_idle_timeout_s=parse_duration(args.udp_timeout, flag="--udp-timeout"),
+        min_sync_period_s=min_sync,
+        sync_period_s=sync_period,
+        drain_timeout_s=parse_duration(args.drain_timeout, flag="--drain-timeout"),
+    )
+    hostname = args.hostname_override or socket.gethostname()
+    node = NodeConfig(hostname=hostname.strip().lower(), zone=args.node_zone,
+                      ip_families=_families(args.ip_families),
+                      service_proxy_name=args.service_proxy_name)
+    source = ManifestSource(args.manifests)
+
+    async def main_async() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(source, node, options, stop)
+
+    _run_loop(main_async)
+    return 0
+
+
+def _run_loop(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    """Run ``factory()`` on uvloop when it is installed, else on asyncio's default loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(factory())
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(factory())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``kproxy`` console script; returns the exit status.
+
+    Exit status: 0 on success (and after a clean SIGINT/SIGTERM), 2 for a usage or
+    configuration error (the message names the flag or file), 1 for any other kproxy error.
+    """
+    args = build_parser().parse_args(argv)
+    configure_logging(getattr(args, "log_format", "console"), level=getattr(args, "log_level", "info"))
+    try:
+        if args.command == "run":
+            return _run(args)
+    except ConfigError as err:
+        print(f"kproxy: {err}", file=sys.stderr)
+        return 2
+    except KproxyError as err:
+        structlog.get_logger("kproxy").error("fatal", error=str(err))
+        print(f"kproxy: {err}", file=sys.stderr)
+        return 1
+    return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

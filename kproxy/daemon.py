@@ -1,0 +1,168 @@
+"""The thin shell that runs kproxy: a source, the sync engine and the userspace data plane.
+
+``kproxy run`` calls :func:`serve`; harnesses that want the proxy in their own event loop use
+:func:`running_userspace_proxy`, an async context manager that yields once the first sync has
+been applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+
+import structlog
+
+from kproxy.model import IPFamily, NodeConfig, Protocol, ServicePortName
+from kproxy.sources.base import Source
+from kproxy.sync.engine import SyncEngine
+from kproxy.userspace import AddressEntry, UserspaceProxy
+
+__all__ = ["RunningProxy", "UserspaceOptions", "running_userspace_proxy", "serve"]
+
+log = structlog.get_logger("kproxy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserspaceOptions:
+    """How the userspace data plane listens and how the engine syncs.
+
+    Attributes:
+        bind_address: one address for every service port (each gets its own port), or None
+            for one loopback address per Service in ``loopback_block``.
+        loopback_block: the IPv4 block per-Service addresses come from.
+        address_map_path: where to write the address table as JSON, or None.
+        udp_idle_timeout_s: seconds a UDP session may stay idle.
+        min_sync_period_s, sync_period_s: the bounded-frequency runner's bounds, in seconds.
+        drain_timeout_s: on shutdown, how long open TCP connections may take to finish.
+    """
+
+    bind_address: str | None = None
+    loopback_block: str = "127.0.0.0/8"
+    address_map_path: str | os.PathLike[str] | None = None
+    udp_idle_timeout_s: float = 30.0
+    min_sync_period_s: float = 1.0
+    sync_period_s: float = 30.0
+    drain_timeout_s: float = 10.0
+
+
+@dataclass(slots=True)
+class RunningProxy:
+    """A userspace proxy running in the caller's event loop.
+
+    Attributes:
+        engine: the sync engine (its ``snapshot`` is the state in force).
+        proxy: the data plane.
+    """
+
+    engine: SyncEngine
+    proxy: UserspaceProxy
+
+    def address_table(self) -> list[AddressEntry]:
+        """Every service port with the address it listens on."""
+        return self.proxy.address_table()
+
+    def listen_address(self, service: str | ServicePortName, protocol: Protocol | str = "TCP") -> tuple[str, int]:
+        """Where a client connects to reach ``service`` (``ns/name[:port]``) over ``protocol``.
+
+        Raises:
+            LookupError: no such service port is being served.
+        """
+        wanted = str(service)
+        proto = str(protocol).upper()
+        for entry in self.proxy.address_table():
+            if entry.service == wanted and str(entry.protocol) == proto:
+                host, _, port = entry.listen.rpartition(":")
+                return host.strip("[]"), int(port)
+        raise LookupError(f"{wanted} over {proto} is not served; served: "
+                          f"{[e.service for e in self.proxy.address_table()]}")
+
+    async def wait_synced(self, min_revision: int = 1, timeout_s: float = 5.0) -> None:
+        """Wait until a snapshot of at least ``min_revision`` has been applied.
+
+        Raises:
+            TimeoutError: it did not happen within ``timeout_s`` seconds.
+        """
+        async with asyncio.timeout(timeout_s):
+            await self.engine.wait_synced(min_revision=min_revision)
+
+
+@contextlib.asynccontextmanager
+async def running_userspace_proxy(
+    source: Source,
+    *,
+    node: NodeConfig | None = None,
+    options: UserspaceOptions | None = None,
+    startup_timeout_s: float = 10.0,
+) -> AsyncIterator[RunningProxy]:
+    """Run the userspace proxy for ``source`` inside the current event loop.
+
+    Yields once the first snapshot has been applied; on exit stops accepting, drains open
+    connections (``options.drain_timeout_s``) and closes every listener.
+
+    Args:
+        source: where Services and EndpointSlices come from (e.g. a ``MemorySource``).
+        node: the node to proxy for (default: no hostname, IPv4 and IPv6).
+        options: listening and sync options.
+        startup_timeout_s: how long to wait for the first sync, in seconds.
+
+    Raises:
+        TimeoutError: the first sync did not happen in time.
+    """
+    opts = options or UserspaceOptions()
+    proxy = UserspaceProxy(
+        bind_address=opts.bind_address,
+        loopback_block=opts.loopback_block,
+        address_map_path=opts.address_map_path,
+        udp_idle_timeout_s=opts.udp_idle_timeout_s,
+        clock=time.monotonic,
+    )
+    engine = SyncEngine(
+        source, node or NodeConfig(), [proxy],
+        min_sync_period_s=opts.min_sync_period_s, sync_period_s=opts.sync_period_s,
+    )
+    try:
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(engine.run(), name="kproxy-sync-engine")
+            running = RunningProxy(engine=engine, proxy=proxy)
+            try:
+                await running.wait_synced(1, startup_timeout_s)
+                yield running
+            finally:
+                task.cancel()
+    finally:
+        await proxy.aclose(opts.drain_timeout_s)
+
+
+async def serve(
+    source: Source, node: NodeConfig, options: UserspaceOptions, stop: asyncio.Event
+) -> None:
+    """Serve until ``stop`` is set, then shut down cleanly (used by ``kproxy run``)."""
+    proxy = UserspaceProxy(
+        bind_address=options.bind_address,
+        loopback_block=options.loopback_block,
+        address_map_path=options.address_map_path,
+        udp_idle_timeout_s=options.udp_idle_timeout_s,
+        clock=time.monotonic,
+    )
+    engine = SyncEngine(source, node, [proxy], min_sync_period_s=options.min_sync_period_s,
+                        sync_period_s=options.sync_period_s)
+    log.info("starting", node=node.hostname, families=[str(f) for f in node.ip_families],
+             min_sync_period_s=options.min_sync_period_s, sync_period_s=options.sync_period_s)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            task = tg.create_task(engine.run(), name="kproxy-sync-engine")
+            await stop.wait()
+            log.info("stopping", drain_timeout_s=options.drain_timeout_s)
+            task.cancel()
+    finally:
+        await proxy.aclose(options.drain_timeout_s)
+    log.info("stopped")
+
+
+def default_families() -> Sequence[IPFamily]:
+    """The families kproxy proxies by default: IPv4 then IPv6, as a dual-stack kube-proxy."""
+    return (IPFamily.IPv4, IPFamily.IPv6)

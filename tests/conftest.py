@@ -1,0 +1,28 @@
+"""Shared pytest configuration: real-kernel tests skip without root, and fail instead under CI.
+
+Tests marked ``kernel`` need root, ``ip netns`` and the tools they name. Where the machine
+cannot run them they skip, unless ``KPROXY_REQUIRE_KERNEL=1`` (set by ``.ci/run``), where a
+skip would hide a regression, so the test fails instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def require_kernel(*tools: str) -> None:
+    """Skip (or, with KPROXY_REQUIRE_KERNEL=1, fail) unless root with ``ip`` and ``tools``."""
+    missing = [t for t in ("ip", *tools) if shutil.which(t) is None]
+    reason = ""
+    if os.geteuid() != 0:
+        reason = "needs root"
+    elif missing:
+        reason = f"needs {', '.join(missing)} on PATH"
+    if not reason:
+        return
+    if os.environ.get("KPROXY_REQUIRE_KERNEL") == "1":
+        pytest.fail(f"real-kernel test cannot run ({reason}) but KPROXY_REQUIRE_KERNEL=1")
+    pytest.skip(reason)
