@@ -1,0 +1,313 @@
+"""Services and EndpointSlices from YAML and JSON files, reloaded when they change.
+
+Files are given one by one or as folders (searched recursively for ``*.yaml``, ``*.yml`` and
+``*.json``, in sorted path order). A YAML file may hold several documents; any document may be a
+``kind: List`` as ``kubectl get -o yaml`` writes it; v1 Endpoints are converted to slices (all
+through :func:`kproxy.model.parse_objects`, which also applies the API server's defaults).
+
+Theory of operation
+-------------------
+Nothing bad in a file stops the rest: an invalid object (or part of one) is logged with its
+file, object and field and left out; a file that no longer parses (a YAML syntax error, often a
+save in progress) is logged with its line and keeps serving its last good objects; a deleted
+file deletes its objects. The same object (kind, namespace, name) defined twice is a warning and
+the last definition wins (files in order, documents in order), as ``kubectl apply`` of both
+would leave it.
+
+:class:`ManifestSource` polls: every ``poll_interval_s`` it stats every file and re-reads those
+whose inode, size, mtime or ctime changed, then emits the difference between the objects it
+served and the objects it now sees (:func:`kproxy.sources.base.diff_objects`). Polling with
+``os.stat`` needs no dependency and works on every filesystem (inotify misses network mounts
+and editors that replace files). Files are read synchronously: manifests are small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import structlog
+import yaml
+
+from kproxy.errors import InvalidArgument, InvalidObject, SourceError
+from kproxy.model import KubeObject, parse_objects
+from kproxy.sources.base import Emit, Event, ObjectKey, Synced, diff_objects, object_key
+from kproxy.sync.clock import Clock, MonotonicClock
+
+__all__ = ["MANIFEST_SUFFIXES", "ManifestSource", "load_manifests"]
+
+#: The file name endings read inside folders (a file given by name is read whatever its name).
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+
+_log = structlog.get_logger("kproxy.sources")
+
+
+@dataclass(slots=True)
+class _Parsed:
+    """One file's objects (with where each was found) and the problems of its objects."""
+
+    objects: list[tuple[KubeObject, str]] = field(default_factory=list)
+    problems: list[InvalidObject] = field(default_factory=list)
+
+
+def _check_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
+    if isinstance(paths, str | bytes | os.PathLike):
+        raise InvalidArgument(f"expected a list of paths, got a single path {paths!r}; wrap it in a list")
+    out = [Path(p) for p in paths]
+    if not out:
+        raise InvalidArgument("expected at least one manifest file or folder, got none")
+    for path in out:
+        if not path.exists():
+            raise SourceError(f"manifest path {str(path)!r} does not exist; expected a file or a folder")
+    return out
+
+
+def _expand(paths: Sequence[Path]) -> list[Path]:
+    """Every manifest file under ``paths``: files as given, folders recursively, no duplicates."""
+    seen: set[Path] = set()
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
+        elif path.exists():
+            found = [path]
+        else:
+            found = []
+        for p in found:
+            if p not in seen:
+                seen.add(p)
+                out.append(p)
+    return out
+
+
+class _FileError(SourceError):
+    """A manifest file that cannot be used; ``path`` and ``line`` (1-based, or None) locate it."""
+
+    def __init__(self, message: str, *, path: Path, line: int | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+
+
+def _syntax_error(path: Path, err: Exception) -> _FileError:
+    line = None
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        line = err.problem_mark.line + 1
+    elif isinstance(err, json.JSONDecodeError):
+        line = err.lineno
+    where = f"{path}:{line}" if line is not None else str(path)
+    kind = "JSON" if isinstance(err, json.JSONDecodeError) else "YAML"
+    detail = " ".join(str(err).split())
+    return _FileError(f"{where}: {kind} syntax error, file skipped: {detail}", path=path, line=line)
+
+
+def _parse_file(path: Path) -> _Parsed:
+    """Read and parse one manifest file.
+
+    Raises:
+        SourceError: the file cannot be read, is not UTF-8, or is not valid YAML/JSON (the
+            message names the file and the line).
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise _FileError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})",
+                         path=path) from err
+    except OSError as err:
+        raise _FileError(f"{path}: cannot read: {err.strerror or err}", path=path) from err
+    try:
+        docs = [json.loads(text)] if path.suffix == ".json" else list(yaml.safe_load_all(text))
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        raise _syntax_error(path, err) from err
+    parsed = _Parsed()
+    several = len([d for d in docs if d is not None]) > 1
+    for i, doc in enumerate(docs, start=1):
+        where = f"document {i}" if several else ""
+        result = parse_objects(doc, source=str(path), where=where)
+        parsed.objects.extend((obj, where) for obj in result.objects)
+        parsed.problems.extend(result.problems)
+    return parsed
+
+
+def _merge(
+    files: Iterable[tuple[Path, _Parsed]],
+) -> tuple[dict[ObjectKey, KubeObject], list[InvalidObject]]:
+    """Merge files in order; a later definition of a key wins and is reported."""
+    merged: dict[ObjectKey, KubeObject] = {}
+    origin: dict[ObjectKey, str] = {}
+    duplicates: list[InvalidObject] = []
+    for path, parsed in files:
+        for obj, where in parsed.objects:
+            key = object_key(obj)
+            here = f"{path} {where}".strip()
+            if key in origin:
+                duplicates.append(InvalidObject(
+                    source=str(path), obj=f"{where} {key}".strip(), field="metadata.name",
+                    problem=f"{key} is also defined in {origin[key]}; the last definition "
+                            f"({here}) wins"))
+            merged[key] = obj
+            origin[key] = here
+    return merged, duplicates
+
+
+def load_manifests(
+    paths: Iterable[str | os.PathLike[str]],
+) -> tuple[list[KubeObject], list[InvalidObject | SourceError]]:
+    """Read manifest files and folders once (for ``kproxy render``-like commands).
+
+    Args:
+        paths: files or folders.
+
+    Returns:
+        ``(objects, problems)``: every valid Service and EndpointSlice (one per kind, namespace
+        and name: the last definition), and every problem: :class:`InvalidObject` for an invalid
+        or duplicated object, :class:`SourceError` for a file that cannot be read or parsed.
+
+    Raises:
+        SourceError: a path does not exist.
+        InvalidArgument: no path, or a single path not in a list.
+    """
+    files: list[tuple[Path, _Parsed]] = []
+    problems: list[InvalidObject | SourceError] = []
+    for path in _expand(_check_paths(paths)):
+        try:
+            parsed = _parse_file(path)
+        except SourceError as err:
+            problems.append(err)
+            continue
+        files.append((path, parsed))
+        problems.extend(parsed.problems)
+    merged, duplicates = _merge(files)
+    problems.extend(duplicates)
+    return list(merged.values()), problems
+
+
+@dataclass(frozen=True, slots=True)
+class _Stat:
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+def _stat(path: Path) -> _Stat | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return _Stat(st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class ManifestSource:
+    """A Source serving the objects of manifest files, reloaded when they change.
+
+    Args:
+        paths: files or folders (see the module docstring).
+        poll_interval_s: seconds between two checks for changes (> 0).
+        clock: the time source (default :class:`~kproxy.sync.clock.MonotonicClock`).
+
+    Raises:
+        SourceError: a path does not exist (also raised by :meth:`run` if it is gone by then).
+        InvalidArgument: no path, or ``poll_interval_s`` <= 0.
+    """
+
+    def __init__(
+        self,
+        paths: Iterable[str | os.PathLike[str]],
+        *,
+        poll_interval_s: float = 0.5,
+        clock: Clock | None = None,
+    ) -> None:
+        if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, int | float) \
+                or not poll_interval_s > 0:
+            raise InvalidArgument(f"poll_interval_s must be > 0 seconds, got {poll_interval_s=!r}")
+        self._paths = _check_paths(paths)
+        self._poll_interval_s = float(poll_interval_s)
+        self._clock: Clock = clock or MonotonicClock()
+        self._stats: dict[Path, _Stat | None] = {}
+        self._files: dict[Path, _Parsed] = {}
+        self._broken: dict[Path, _FileError] = {}
+        self._view: dict[ObjectKey, KubeObject] = {}
+        self._reported_duplicates: set[str] = set()
+        self.reload_count = 0
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        """The paths given."""
+        return tuple(self._paths)
+
+    def objects(self) -> tuple[KubeObject, ...]:
+        """The objects served now."""
+        return tuple(self._view.values())
+
+    def problems(self) -> list[InvalidObject | SourceError]:
+        """The problems found by the last reload: bad files, bad objects, duplicates."""
+        out: list[InvalidObject | SourceError] = list(self._broken.values())
+        for parsed in self._files.values():
+            out.extend(parsed.problems)
+        _, duplicates = _merge(self._files.items())
+        out.extend(duplicates)
+        return out
+
+    async def run(self, emit: Emit, synced: Synced) -> None:
+        """Emit the objects of every file, call ``synced()``, then poll for changes until cancelled.
+
+        Raises:
+            SourceError: a path does not exist.
+        """
+        _check_paths(self._paths)
+        emit(self.reload())
+        synced()
+        while True:
+            await self._clock.sleep(self._poll_interval_s)
+            events = self.reload()
+            if events:
+                emit(events)
+
+    def reload(self) -> list[Event]:
+        """Re-read the files that changed and return the events since the last reload.
+
+        Returns:
+            ``list[Event]``: what changed in the served objects (empty when nothing did).
+        """
+        self.reload_count += 1
+        found = _expand(self._paths)
+        for path in [p for p in self._stats if p not in found]:
+            del self._stats[path]
+            self._broken.pop(path, None)
+            if self._files.pop(path, None) is not None:
+                _log.info("manifest file removed; its objects are deleted", file=str(path))
+        for path in found:
+            stat = _stat(path)
+            if path in self._stats and stat == self._stats[path]:
+                continue
+            self._stats[path] = stat
+            self._load(path)
+        ordered = [(p, self._files[p]) for p in found if p in self._files]
+        merged, duplicates = _merge(ordered)
+        for dup in duplicates:
+            if str(dup) not in self._reported_duplicates:
+                _log.warning("object defined twice; the last definition wins", file=dup.source,
+                             object=dup.obj, field=dup.field, problem=dup.problem)
+        self._reported_duplicates = {str(d) for d in duplicates}
+        events = diff_objects(self._view, merged)
+        self._view = merged
+        return events
+
+    def _load(self, path: Path) -> None:
+        try:
+            parsed = _parse_file(path)
+        except _FileError as err:
+            self._broken[path] = err
+            kept = len(self._files[path].objects) if path in self._files else 0
+            _log.error("manifest file skipped; its last good objects are kept", file=str(path),
+                       line=err.line, error=str(err), kept_objects=kept)
+            return
+        self._broken.pop(path, None)
+        self._files[path] = parsed
+        for problem in parsed.problems:
+            _log.error("invalid object skipped", file=problem.source, object=problem.obj,
+                       field=problem.field, problem=problem.problem, error=str(problem))

@@ -1,0 +1,34 @@
+"""The command line rejects bad flags with exit status 2 and a message naming the flag."""
+
+from __future__ import annotations
+
+import pytest
+
+from kproxy.cli.main import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--min-sync-period", "5s", "--sync-period", "1s"], "--sync-period"),
+        (["--min-sync-period", "soon"], "--min-sync-period"),
+        (["--bind-address", "not-an-ip"], "--bind-address"),
+        (["--loopback-block", "127.0.0.0/33"], "--loopback-block"),
+        (["--ip-families", "IPv5"], "--ip-families"),
+        (["--proxy-mode", "iptables"], "--proxy-mode"),
+    ],
+)
+def test_bad_flag_exits_2_naming_it(
+    argv: list[str], named: str, capsys: pytest.CaptureFixture[str], tmp_path: object
+) -> None:
+    """Each bad flag value gives exit status 2 and names the flag on stderr."""
+    status = main(["run", "--manifests", "examples/cluster.yaml", *argv])
+    assert status == 2
+    assert named in capsys.readouterr().err
+
+
+def test_missing_manifest_path_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A manifest path that does not exist stops kproxy at once, naming the path."""
+    status = main(["run", "--manifests", "/nonexistent/kproxy-manifests.yaml"])
+    assert status != 0
+    assert "/nonexistent/kproxy-manifests.yaml" in capsys.readouterr().err
