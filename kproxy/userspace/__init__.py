@@ -1,0 +1,40 @@
+"""The userspace data plane: a pure balancer, address allocation, TCP and UDP relays.
+
+:class:`UserspaceProxy` is the entry point: ``await proxy.apply(snapshot)`` on every sync,
+``await proxy.aclose(drain_timeout_s)`` at the end. The rest is exported for the equivalence
+checks (:class:`RoundRobinBalancer`), for tools that print where Services listen
+(:func:`allocate_addresses`, :class:`AddressEntry`) and for metrics (the stats classes).
+"""
+
+from kproxy.userspace.addresses import (
+    DEFAULT_LOOPBACK_BLOCK,
+    ListenPlan,
+    allocate_addresses,
+    bind_socket,
+    plan_listen,
+    split_host_port,
+)
+from kproxy.userspace.balancer import DEFAULT_AFFINITY_TTL_S, RoundRobinBalancer
+from kproxy.userspace.proxy import AddressEntry, UserspaceProxy
+from kproxy.userspace.tcp import DEFAULT_DIAL_TIMEOUTS_S, TcpConnectionInfo, TcpListener, TcpStats
+from kproxy.userspace.udp import DEFAULT_UDP_IDLE_TIMEOUT_S, UdpListener, UdpStats
+
+__all__ = [
+    "DEFAULT_AFFINITY_TTL_S",
+    "DEFAULT_DIAL_TIMEOUTS_S",
+    "DEFAULT_LOOPBACK_BLOCK",
+    "DEFAULT_UDP_IDLE_TIMEOUT_S",
+    "AddressEntry",
+    "ListenPlan",
+    "RoundRobinBalancer",
+    "TcpConnectionInfo",
+    "TcpListener",
+    "TcpStats",
+    "UdpListener",
+    "UdpStats",
+    "UserspaceProxy",
+    "allocate_addresses",
+    "bind_socket",
+    "plan_listen",
+    "split_host_port",
+]

@@ -1,0 +1,321 @@
+"""UserspaceProxy: reconcile TCP and UDP listeners with each Snapshot.
+
+Theory of operation. kube-proxy's userspace ``proxier.go`` ``mergeService`` in one method,
+:meth:`UserspaceProxy.apply`, per service port ``(family, ServicePortName)``:
+
+* a port that left the snapshot, or whose ClusterIP, port number or protocol changed, has its
+  listener closed (open TCP connections stay; UDP sessions end, as in the legacy proxier);
+* a port that is new gets an address (:mod:`kproxy.userspace.addresses`), a bound socket, a
+  balancer and a listener; a port that fails to bind is logged and retried on the next apply,
+  and never stops the others;
+* a port that stayed has its balancer updated in place (endpoints, affinity timeout), so its
+  listener and connections are untouched, where the legacy proxier tore listeners down on any
+  config change.
+* SCTP ports are logged and skipped: the userspace mode never served SCTP.
+
+After every apply that changed it, the address table (where each port listens) is logged through
+structlog and, when ``address_map_path`` is set, written atomically (temp file + ``os.replace``)
+as a JSON list of ``{"service", "protocol", "cluster_ip", "port", "listen"}`` dicts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from types import TracebackType
+
+import structlog
+
+from kproxy.errors import ConfigError, InvalidArgument, InvalidTransition, KproxyError
+from kproxy.model.names import IPFamily, Protocol, ServicePortName, join_host_port
+from kproxy.model.snapshot import ServicePortInfo, Snapshot
+from kproxy.userspace._tasks import TaskOwner
+from kproxy.userspace.addresses import DEFAULT_LOOPBACK_BLOCK, allocate_addresses, bind_socket, plan_listen
+from kproxy.userspace.balancer import RoundRobinBalancer
+from kproxy.userspace.tcp import (
+    DEFAULT_DIAL_TIMEOUTS_S,
+    ConnectionRegistry,
+    TcpConnectionInfo,
+    TcpListener,
+    TcpStats,
+)
+from kproxy.userspace.udp import DEFAULT_UDP_IDLE_TIMEOUT_S, UdpListener, UdpStats
+
+__all__ = ["AddressEntry", "UserspaceProxy"]
+
+_log = structlog.get_logger("kproxy.userspace")
+
+_Key = tuple[IPFamily, ServicePortName]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddressEntry:
+    """Where one service port is served.
+
+    Attributes:
+        service: the ServicePortName text, ``namespace/name:port``.
+        protocol: ``"TCP"`` or ``"UDP"``.
+        cluster_ip: the Service's ClusterIP in this port's family.
+        port: the service port number.
+        listen: the proxy's ``ip:port`` (``[ip]:port`` for IPv6) for this port.
+    """
+
+    service: str
+    protocol: str
+    cluster_ip: str
+    port: int
+    listen: str
+
+
+@dataclass(slots=True)
+class _Served:
+    identity: tuple[str, int, Protocol]
+    listener: TcpListener | UdpListener
+    entry: AddressEntry
+
+
+class UserspaceProxy:
+    """The userspace data plane: a listener per service port, reconciled with each Snapshot.
+
+    As kube-proxy's legacy userspace proxier (``pkg/proxy/userspace``), rootless: listeners on
+    loopback instead of iptables portals (see :mod:`kproxy.userspace.addresses`).
+
+    Use ``async with UserspaceProxy(...) as proxy:`` or call :meth:`aclose` when done.
+
+    Args:
+        bind_address: one address for every service port, each on a free port; None gives each
+            IPv4 Service its own loopback address (IPv6: ``::1``) and its own port numbers.
+        loopback_block: the IPv4 CIDR the per-Service addresses come from.
+        address_map_path: where to write the address table as JSON on every change, or None.
+        udp_idle_timeout_s: seconds of silence after which a UDP session closes.
+        clock: float seconds from a monotonic clock, for ClientIP affinity.
+        dial_timeouts_s: one TCP dial timeout per attempt, in seconds (kube-proxy's
+            ``EndpointDialTimeouts``); a failed attempt tries the next endpoint.
+
+    Raises:
+        ConfigError: ``loopback_block`` is not an IPv4 CIDR.
+        InvalidArgument: ``dial_timeouts_s`` is empty or not all positive, or
+            ``udp_idle_timeout_s`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        bind_address: str | None = None,
+        loopback_block: str = DEFAULT_LOOPBACK_BLOCK,
+        address_map_path: str | os.PathLike[str] | None = None,
+        udp_idle_timeout_s: float = DEFAULT_UDP_IDLE_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        dial_timeouts_s: tuple[float, ...] = DEFAULT_DIAL_TIMEOUTS_S,
+    ) -> None:
+        if not dial_timeouts_s or not all(t > 0 for t in dial_timeouts_s):
+            raise InvalidArgument(f"dial_timeouts_s must be positive seconds, got {dial_timeouts_s=}")
+        if not udp_idle_timeout_s > 0:
+            raise InvalidArgument(f"udp_idle_timeout_s must be > 0 seconds, got {udp_idle_timeout_s=}")
+        allocate_addresses((), block=loopback_block)  # validates the block eagerly
+        self._bind_address = bind_address
+        self._block = loopback_block
+        self._map_path = os.fspath(address_map_path) if address_map_path is not None else None
+        self._udp_idle_timeout_s = float(udp_idle_timeout_s)
+        self._clock = clock
+        self._dial_timeouts_s = tuple(dial_timeouts_s)
+        self._served: dict[_Key, _Served] = {}
+        self._loopback: dict[str, str] = {}
+        self._skipped: set[_Key] = set()
+        self._registry = ConnectionRegistry()
+        self._tasks = TaskOwner()
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self._last_table: list[AddressEntry] | None = None
+
+    async def __aenter__(self) -> UserspaceProxy:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose(0.0)
+
+    # -- reconcile -----------------------------------------------------------------------
+
+    async def apply(self, snapshot: Snapshot) -> None:
+        """Make the listeners match ``snapshot`` (open, close, update balancers in place).
+
+        A port that cannot be served (no address, bind failure) is logged as an error and
+        retried on the next apply; it never stops the other ports.
+
+        Raises:
+            InvalidTransition: the proxy is closed.
+        """
+        async with self._lock:
+            if self._closed:
+                raise InvalidTransition("UserspaceProxy: apply() after aclose(); make a new proxy")
+            wanted: dict[_Key, ServicePortInfo] = {}
+            for info in snapshot:
+                key = (info.family, info.name)
+                if info.protocol is Protocol.SCTP:
+                    if key not in self._skipped:
+                        self._skipped.add(key)
+                        _log.warning("SCTP service port not served in userspace mode", service=str(info.name))
+                    continue
+                wanted[key] = info
+            self._skipped &= {(i.family, i.name) for i in snapshot}
+            for key in [k for k, s in self._served.items()
+                        if k not in wanted or s.identity != _identity(wanted[k])]:
+                self._served.pop(key).listener.close()
+            self._allocate(wanted.values())
+            now_s = self._clock()
+            for key, info in wanted.items():
+                served = self._served.get(key)
+                if served is not None:
+                    served.listener.balancer.set_affinity(info.session_affinity_timeout_s)
+                    served.listener.set_endpoints(info.internal_endpoints)
+                    served.listener.balancer.cleanup_stale_affinity(now_s)
+                    continue
+                try:
+                    self._served[key] = await self._open(info)
+                except (OSError, KproxyError) as exc:
+                    _log.error("cannot serve service port", service=str(info.name),
+                               protocol=str(info.protocol), cluster_ip=info.cluster_ip, port=info.port,
+                               error=str(exc) or type(exc).__name__)
+            self._publish()
+
+    def _allocate(self, infos: Iterable[ServicePortInfo]) -> None:
+        if self._bind_address is not None:
+            return
+        try:
+            self._loopback = allocate_addresses((i.cluster_ip for i in infos), block=self._block,
+                                                previous=self._loopback)
+        except ConfigError as exc:
+            _log.error("cannot allocate loopback addresses", error=str(exc))
+
+    async def _open(self, info: ServicePortInfo) -> _Served:
+        plan = plan_listen(cluster_ip=info.cluster_ip, port=info.port,
+                           bind_address=self._bind_address, loopback=self._loopback)
+        sock = bind_socket(plan, info.protocol)
+        name = str(info.name)
+        balancer = RoundRobinBalancer(affinity_ttl_s=info.session_affinity_timeout_s, name=name)
+        listener: TcpListener | UdpListener
+        try:
+            host, port = sock.getsockname()[:2]
+            if info.protocol is Protocol.TCP:
+                listener = TcpListener(name=name, balancer=balancer, clock=self._clock,
+                                       dial_timeouts_s=self._dial_timeouts_s, registry=self._registry,
+                                       tasks=self._tasks)
+            else:
+                listener = UdpListener(name=name, balancer=balancer, clock=self._clock,
+                                       idle_timeout_s=self._udp_idle_timeout_s, tasks=self._tasks)
+            listener.set_endpoints(info.internal_endpoints)
+            await listener.start(sock)
+        except BaseException:
+            sock.close()
+            raise
+        entry = AddressEntry(service=name, protocol=str(info.protocol), cluster_ip=info.cluster_ip,
+                             port=info.port, listen=join_host_port(host, port))
+        return _Served(identity=_identity(info), listener=listener, entry=entry)
+
+    # -- the address table ---------------------------------------------------------------
+
+    def address_table(self) -> list[AddressEntry]:
+        """Every served port, sorted by service, protocol, then ClusterIP."""
+        return sorted((s.entry for s in self._served.values()),
+                      key=lambda e: (e.service, e.protocol, e.cluster_ip))
+
+    def listen_address(
+        self, service: str, protocol: str = "TCP", family: IPFamily = IPFamily.IPv4
+    ) -> str | None:
+        """The ``ip:port`` serving ``service`` (ServicePortName text), or None when not served."""
+        for (fam, spn), served in self._served.items():
+            if fam is family and str(spn) == service and str(spn.protocol) == protocol:
+                return served.entry.listen
+        return None
+
+    def _publish(self) -> None:
+        table = self.address_table()
+        if table == self._last_table:
+            return
+        self._last_table = table
+        rows = [asdict(e) for e in table]
+        _log.info("userspace address table", entries=rows)
+        if self._map_path is not None:
+            try:
+                _write_atomically(self._map_path, json.dumps(rows, indent=2) + "\n")
+            except OSError as exc:
+                _log.error("cannot write address map", path=self._map_path, error=str(exc))
+
+    # -- introspection -------------------------------------------------------------------
+
+    def connections(self) -> list[TcpConnectionInfo]:
+        """One :class:`TcpConnectionInfo` per open TCP connection (including those of removed ports)."""
+        return self._registry.infos()
+
+    def stats(self) -> dict[tuple[str, str, IPFamily], TcpStats | UdpStats]:
+        """Live counters ``{(service, protocol, family): TcpStats | UdpStats}`` of every served port.
+
+        The objects are the listeners' own (mutable, cumulative since the listener opened); a
+        listener that closes takes its counters with it.
+        """
+        return {(str(spn), str(spn.protocol), fam): served.listener.stats
+                for (fam, spn), served in self._served.items()}
+
+    def balancer(self, service: str, protocol: str = "TCP",
+                 family: IPFamily = IPFamily.IPv4) -> RoundRobinBalancer | None:
+        """The live balancer of a served port (ServicePortName text), or None."""
+        for (fam, spn), served in self._served.items():
+            if fam is family and str(spn) == service and str(spn.protocol) == protocol:
+                return served.listener.balancer
+        return None
+
+    # -- shutdown ------------------------------------------------------------------------
+
+    async def aclose(self, drain_timeout_s: float) -> None:
+        """Stop accepting, let open TCP connections finish for up to ``drain_timeout_s``, abort the rest.
+
+        Every listener closes at once (UDP sessions end with it); dials in progress are cancelled
+        and their clients reset. Idempotent.
+
+        Args:
+            drain_timeout_s: seconds to wait for open TCP connections to end on their own.
+        """
+        async with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for served in self._served.values():
+                served.listener.close()
+            self._served.clear()
+            self._publish()
+        await self._tasks.aclose()
+        if len(self._registry):
+            try:
+                async with asyncio.timeout(max(drain_timeout_s, 0.0)):
+                    await self._registry.wait_empty()
+            except TimeoutError:
+                _log.warning("aborting connections after drain timeout", open=len(self._registry),
+                             drain_timeout_s=drain_timeout_s)
+                self._registry.abort_all()
+                for _ in range(3):  # let connection_lost callbacks run
+                    await asyncio.sleep(0)
+
+
+def _identity(info: ServicePortInfo) -> tuple[str, int, Protocol]:
+    return (info.cluster_ip, info.port, info.protocol)
+
+
+def _write_atomically(path: str, text: str) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".kproxy-addresses-", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,268 @@
+"""The UDP relay: one service socket per service port, one connected socket per client flow.
+
+Theory of operation (kube-proxy's userspace ``proxysocket.go`` ``udpProxySocket``, with the faults
+its issues list fixed):
+
+* The service socket is a ``DatagramProtocol``. A datagram from a client address with no session
+  asks the balancer for an endpoint (ClientIP affinity applies) and opens a session: a UDP socket
+  *connected* to that endpoint (the legacy ``ClientCache``). A Service with no endpoints drops the
+  datagram, as the legacy proxy did when ``TryConnectEndpoints`` failed.
+* Datagrams that arrive while the session socket is being set up wait in a short queue
+  (:data:`SESSION_PENDING_MAX` datagrams, then dropped, as a full socket buffer would).
+* Replies from the endpoint go back to the client *from the service socket*, so the client sees
+  them come from the address it sent to.
+* A session ends after ``idle_timeout_s`` without traffic either way. The timer runs on
+  ``loop.call_later`` and is re-armed lazily (one timer per session, not one per datagram).
+  kube-proxy's default was 250 ms (``--udp-timeout``), too short for DNS retries; the default
+  here, 30 s, is conntrack's UDP timeout.
+* Datagrams are read whole up to 64 KiB: asyncio's and uvloop's datagram transports read into
+  buffers of at least 64 KiB, where the legacy proxy truncated at 4 KiB.
+* An endpoint removed from the balancer gets no new sessions; its sessions run until idle.
+  Closing the listener ends every session (the legacy proxy broke them too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import structlog
+
+from kproxy.errors import InvalidArgument, NoEndpointsError
+from kproxy.model.snapshot import Endpoint
+from kproxy.userspace._tasks import TaskOwner
+from kproxy.userspace.addresses import split_host_port
+from kproxy.userspace.balancer import RoundRobinBalancer
+
+__all__ = ["DEFAULT_UDP_IDLE_TIMEOUT_S", "SESSION_PENDING_MAX", "UdpListener", "UdpStats"]
+
+_log = structlog.get_logger("kproxy.userspace")
+
+#: conntrack's ``nf_conntrack_udp_timeout``; kube-proxy's 250 ms broke DNS retries (kubernetes#15680).
+DEFAULT_UDP_IDLE_TIMEOUT_S = 30.0
+#: Datagrams held per session while its socket opens (a few RTTs of a chatty client).
+SESSION_PENDING_MAX = 64
+
+_Address = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class UdpStats:
+    """Counters of one UDP listener (mutable, cumulative).
+
+    Attributes:
+        sessions_opened: client flows that got a session.
+        dropped: datagrams dropped (no endpoint, queue full, session failed to open).
+        datagrams_to_endpoint, datagrams_to_client: datagrams relayed per direction.
+        bytes_to_endpoint, bytes_to_client: payload bytes relayed per direction.
+    """
+
+    sessions_opened: int = 0
+    dropped: int = 0
+    datagrams_to_endpoint: int = 0
+    datagrams_to_client: int = 0
+    bytes_to_endpoint: int = 0
+    bytes_to_client: int = 0
+
+
+class _ServiceSide(asyncio.DatagramProtocol):
+    __slots__ = ("listener",)
+
+    def __init__(self, listener: UdpListener) -> None:
+        self.listener = listener
+
+    def datagram_received(self, data: bytes, addr: _Address) -> None:
+        self.listener.from_client(data, addr)
+
+    def error_received(self, exc: Exception) -> None:
+        # ICMP errors for replies we sent to clients that went away: nothing to do.
+        pass
+
+
+class _Session(asyncio.DatagramProtocol):
+    """One client flow: a socket connected to one endpoint."""
+
+    __slots__ = ("client", "closed", "endpoint", "last_s", "listener", "pending", "timer", "transport")
+
+    def __init__(self, listener: UdpListener, client: _Address, endpoint: str) -> None:
+        self.listener = listener
+        self.client = client
+        self.endpoint = endpoint
+        self.transport: asyncio.DatagramTransport | None = None
+        self.pending: list[bytes] | None = []
+        self.timer: asyncio.TimerHandle | None = None
+        self.last_s = 0.0
+        self.closed = False
+
+    def send(self, data: bytes, now_s: float) -> None:
+        self.last_s = now_s
+        stats = self.listener.stats
+        if self.transport is not None:
+            self.transport.sendto(data)
+        elif self.pending is not None and len(self.pending) < SESSION_PENDING_MAX:
+            self.pending.append(data)
+        else:
+            stats.dropped += 1
+            return
+        stats.datagrams_to_endpoint += 1
+        stats.bytes_to_endpoint += len(data)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        out = self.transport = cast(asyncio.DatagramTransport, transport)  # uvloop's are not subclasses
+        for data in self.pending or ():
+            out.sendto(data)
+        self.pending = None
+
+    def datagram_received(self, data: bytes, addr: _Address) -> None:
+        listener = self.listener
+        self.last_s = listener.loop_time()
+        out = listener.transport
+        if out is not None:
+            out.sendto(data, self.client)
+            listener.stats.datagrams_to_client += 1
+            listener.stats.bytes_to_client += len(data)
+
+    def error_received(self, exc: Exception) -> None:
+        # ECONNREFUSED after an ICMP port unreachable from the endpoint: the client will retry;
+        # the session stays, as a connected Go UDP socket did.
+        pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.close()
+
+    def arm(self, loop: asyncio.AbstractEventLoop, delay_s: float) -> None:
+        self.timer = loop.call_later(delay_s, self._check_idle)
+
+    def _check_idle(self) -> None:
+        listener = self.listener
+        idle_s = listener.loop_time() - self.last_s
+        if idle_s >= listener.idle_timeout_s:
+            self.close()
+        else:
+            self.arm(listener.loop(), listener.idle_timeout_s - idle_s)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.transport is not None:
+            self.transport.close()
+        self.listener.session_closed(self)
+
+
+class UdpListener:
+    """Relays UDP datagrams for one service port with per-client sessions.
+
+    kube-proxy's userspace ``udpProxySocket`` (``ProxyLoop``, ``ClientCache``, ``proxyClient``).
+
+    Args:
+        name: the ServicePortName text, for logs.
+        balancer: chooses the endpoint of each new session.
+        clock: float seconds (monotonic) for the balancer's affinity.
+        idle_timeout_s: a session with no datagram either way for this long is closed.
+        tasks: the owner of the session set-up tasks.
+
+    Raises:
+        InvalidArgument: ``idle_timeout_s`` is not positive.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        balancer: RoundRobinBalancer,
+        clock: Callable[[], float],
+        idle_timeout_s: float = DEFAULT_UDP_IDLE_TIMEOUT_S,
+        tasks: TaskOwner,
+    ) -> None:
+        if not idle_timeout_s > 0:
+            raise InvalidArgument(f"idle_timeout_s must be > 0 seconds, got {idle_timeout_s=}")
+        self.name = name
+        self.balancer = balancer
+        self.idle_timeout_s = float(idle_timeout_s)
+        self.stats = UdpStats()
+        self.transport: asyncio.DatagramTransport | None = None
+        self._clock = clock
+        self._tasks = tasks
+        self._targets: dict[str, tuple[str, int]] = {}
+        self._sessions: dict[_Address, _Session] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def sessions(self) -> int:
+        """Open sessions (client flows)."""
+        return len(self._sessions)
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
+
+    def loop_time(self) -> float:
+        return self.loop().time()
+
+    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
+        """Replace the endpoint set; sessions to endpoints that left run until idle."""
+        self._targets = {ep.address: (ep.ip, ep.port) for ep in endpoints}
+        self.balancer.update(self._targets)
+
+    async def start(self, sock: socket.socket) -> None:
+        """Start serving on the bound UDP ``sock`` (the listener owns it now)."""
+        self._loop = asyncio.get_running_loop()
+        transport, _ = await self._loop.create_datagram_endpoint(lambda: _ServiceSide(self), sock=sock)
+        self.transport = transport
+
+    def close(self) -> None:
+        """Close the service socket and every session."""
+        if self.transport is not None:
+            self.transport.close()
+            self.transport = None
+        for session in list(self._sessions.values()):
+            session.close()
+
+    def from_client(self, data: bytes, addr: _Address) -> None:
+        """Relay one datagram from ``addr`` (opening its session if needed)."""
+        session = self._sessions.get(addr)
+        now_s = self.loop_time()
+        if session is None:
+            if self.transport is None:
+                return
+            try:
+                endpoint = self.balancer.next_endpoint(str(addr[0]), self._clock())
+            except NoEndpointsError:
+                self.stats.dropped += 1
+                return
+            session = _Session(self, addr, endpoint)
+            try:
+                self._tasks.spawn(self._open(session), name=f"udp session {self.name}")
+            except RuntimeError:  # shutting down
+                self.stats.dropped += 1
+                return
+            self._sessions[addr] = session
+            self.balancer.acquire(endpoint)
+            self.stats.sessions_opened += 1
+            session.arm(self.loop(), self.idle_timeout_s)
+        session.send(data, now_s)
+
+    async def _open(self, session: _Session) -> None:
+        ip, port = self._targets.get(session.endpoint) or split_host_port(session.endpoint)
+        try:
+            await self.loop().create_datagram_endpoint(lambda: session, remote_addr=(ip, port))
+        except OSError as exc:
+            _log.warning("udp session failed", service=self.name, endpoint=session.endpoint, error=str(exc))
+            self.stats.dropped += len(session.pending or ())
+            session.close()
+        except BaseException:
+            session.close()
+            raise
+        if session.closed and session.transport is not None:
+            session.transport.close()
+
+    def session_closed(self, session: _Session) -> None:
+        if self._sessions.get(session.client) is session:
+            del self._sessions[session.client]
+            self.balancer.release(session.endpoint)

@@ -1,0 +1,146 @@
+"""End-to-end tests of the userspace UDP relay over real loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+import pytest
+
+from kproxy.model import Protocol
+from kproxy.userspace import UserspaceProxy
+from tests.e2e.backends import UdpBackend, service_port, snapshot, split, start_udp_backend
+
+CLUSTER_IP = "10.96.0.53"
+
+# Moving to the pytest_asyncio_loop_factories hook needs a conftest change (tests/conftest.py).
+pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\" fixture")
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def event_loop_policy(request: pytest.FixtureRequest) -> asyncio.AbstractEventLoopPolicy:
+    """Run every test on the stdlib loop and on uvloop (what `kproxy run` uses)."""
+    if request.param == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.EventLoopPolicy()  # type: ignore[no-any-return]
+    return asyncio.DefaultEventLoopPolicy()
+
+
+class _Client(asyncio.DatagramProtocol):
+    """An unconnected UDP client that records ``(data, source address)`` of every reply."""
+
+    def __init__(self) -> None:
+        self.replies: asyncio.Queue[tuple[bytes, tuple[str, int]]] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.replies.put_nowait((data, addr))
+
+
+async def _client(ip: str) -> tuple[asyncio.DatagramTransport, _Client]:
+    loop = asyncio.get_running_loop()
+    transport, proto = await loop.create_datagram_endpoint(_Client, local_addr=(ip, 0))
+    return transport, proto
+
+
+async def _ask(transport: asyncio.DatagramTransport, proto: _Client, dest: tuple[str, int],
+               data: bytes) -> tuple[bytes, tuple[str, int]]:
+    transport.sendto(data, dest)
+    async with asyncio.timeout(5):
+        return await proto.replies.get()
+
+
+def _udp_service(backends: Sequence[UdpBackend], **kw: object) -> object:
+    return snapshot(service_port("dns", CLUSTER_IP, 53, [b.endpoint() for b in backends],
+                                 protocol=Protocol.UDP, **kw))  # type: ignore[arg-type]
+
+
+async def test_udp_request_reply_from_several_clients() -> None:
+    """Several clients get replies from the service address, each keeping its session's endpoint."""
+    backs = [await start_udp_backend(f"127.20.0.{i}") for i in (1, 2)]
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service(backs))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None
+        dest = split(listen)
+        clients = [await _client(f"127.21.0.{i}") for i in range(1, 5)]
+        owners = []
+        for n, (transport, proto) in enumerate(clients):
+            replies = [await _ask(transport, proto, dest, f"q{n}-{k}".encode()) for k in range(3)]
+            assert all(src == dest for _, src in replies), replies
+            idents = {data.split(b"|")[0] for data, _ in replies}
+            assert len(idents) == 1  # one session, one endpoint
+            assert [data.split(b"|")[1] for data, _ in replies] == [f"q{n}-{k}".encode() for k in range(3)]
+            owners.append(idents.pop().decode())
+        for transport, _ in clients:
+            transport.close()
+    for b in backs:
+        b.close()
+    assert owners == [backs[0].identity, backs[1].identity] * 2  # new sessions go round robin
+
+
+async def test_udp_session_expires_after_idle_timeout() -> None:
+    """A session idle for longer than the timeout is closed and the next datagram opens a new one."""
+    backs = [await start_udp_backend(f"127.20.1.{i}") for i in (1, 2)]
+    async with UserspaceProxy(udp_idle_timeout_s=0.2) as proxy:
+        await proxy.apply(_udp_service(backs))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None
+        transport, proto = await _client("127.21.1.1")
+        first, _ = await _ask(transport, proto, split(listen), b"a")
+        balancer = proxy.balancer("default/dns", "UDP")
+        assert balancer is not None and balancer.active_connections() == 1
+        async with asyncio.timeout(5):
+            while balancer.active_connections():
+                await asyncio.sleep(0.05)
+        second, _ = await _ask(transport, proto, split(listen), b"b")
+        transport.close()
+    for b in backs:
+        b.close()
+    assert first.split(b"|")[0] != second.split(b"|")[0]
+
+
+async def test_udp_large_datagram_is_not_truncated() -> None:
+    """A 60000-byte datagram crosses the relay whole both ways (the legacy proxy cut at 4 KiB)."""
+    back = await start_udp_backend("127.20.2.1")
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service([back]))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None
+        transport, proto = await _client("127.21.2.1")
+        payload = bytes(range(256)) * 234 + b"x" * 96
+        data, _ = await _ask(transport, proto, split(listen), payload)
+        transport.close()
+    back.close()
+    assert data == back.identity.encode() + b"|" + payload
+
+
+async def test_udp_without_endpoints_drops_datagrams() -> None:
+    """Datagrams to a UDP Service with no endpoints are dropped and counted, not answered."""
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service([]))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None
+        transport, proto = await _client("127.21.3.1")
+        transport.sendto(b"anyone?", split(listen))
+        await asyncio.sleep(0.1)
+        transport.close()
+        assert proto.replies.empty()
+
+
+async def test_udp_removed_endpoint_gets_no_new_sessions() -> None:
+    """After an endpoint is removed, new clients' sessions go to the remaining endpoint only."""
+    a, b = [await start_udp_backend(f"127.20.4.{i}") for i in (1, 2)]
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service([a, b]))  # type: ignore[arg-type]
+        await proxy.apply(_udp_service([b]))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None
+        seen = set()
+        for i in range(1, 4):
+            transport, proto = await _client(f"127.21.4.{i}")
+            data, _ = await _ask(transport, proto, split(listen), b"q")
+            seen.add(data.split(b"|")[0].decode())
+            transport.close()
+    a.close()
+    b.close()
+    assert seen == {b.identity}
