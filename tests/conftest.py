@@ -11,6 +11,7 @@ import os
 import shutil
 
 import pytest
+import structlog
 
 
 def require_kernel(*tools: str) -> None:
@@ -26,3 +27,10 @@ def require_kernel(*tools: str) -> None:
     if os.environ.get("KPROXY_REQUIRE_KERNEL") == "1":
         pytest.fail(f"real-kernel test cannot run ({reason}) but KPROXY_REQUIRE_KERNEL=1")
     pytest.skip(reason)
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> object:
+    """Undo any structlog configuration a test made (the CLI binds it to captured stderr)."""
+    yield
+    structlog.reset_defaults()

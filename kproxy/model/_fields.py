@@ -97,8 +97,14 @@ def check_ip(value: Any, path: str, problems: Problems) -> str | None:
     if not isinstance(value, str):
         problems.add(path, f"expected an IP address, got {value!r}")
         return None
+    text = value.strip()
+    if "%" in text:
+        # Python accepts scoped IPv6 ("fe80::1%eth0"); Go's net.ParseIP, which validation and
+        # kube-proxy use, does not.
+        problems.add(path, f"{value!r} is not a valid IP address (zones are not allowed)")
+        return None
     try:
-        return str(ipaddress.ip_address(value.strip()))
+        return str(ipaddress.ip_address(text))
     except ValueError:
         problems.add(path, f"{value!r} is not a valid IP address")
         return None

@@ -70,7 +70,9 @@ class ServicePortName:
         namespace: the Service's namespace.
         name: the Service's name.
         port: the port's name; ``""`` for the single unnamed port a Service may have.
-        protocol: the port's protocol; two ports may share a name only if their protocols differ.
+        protocol: the port's protocol; part of the identity (a slice port matches a Service
+            port only with the same name and protocol), though API validation keeps port
+            names unique within a Service.
     """
 
     namespace: str

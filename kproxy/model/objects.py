@@ -20,6 +20,10 @@ __all__ = ["KubeObject", "ParseResult", "parse_objects"]
 
 KubeObject = Service | EndpointSlice
 
+#: Lists nested deeper than this are reported, not followed (kubectl never nests them; this
+#: keeps a hostile document from exhausting the interpreter's recursion limit).
+MAX_LIST_DEPTH = 16
+
 
 @dataclass(slots=True)
 class ParseResult:
@@ -48,7 +52,7 @@ def parse_objects(raw: Any, *, source: str = "", where: str = "") -> ParseResult
         A :class:`ParseResult`; it never raises for bad input.
     """
     result = ParseResult()
-    _parse_into(raw, source, where, result)
+    _parse_into(raw, source, where, result, 0)
     return result
 
 
@@ -60,7 +64,7 @@ def _label(where: str, raw: Mapping[str, Any]) -> str:
     return f"{where} {kind} {name}".strip()
 
 
-def _parse_into(raw: Any, source: str, where: str, result: ParseResult) -> None:
+def _parse_into(raw: Any, source: str, where: str, result: ParseResult, depth: int) -> None:
     if raw is None:
         return  # an empty YAML document ("---" at the end of a file)
     if not isinstance(raw, Mapping):
@@ -75,6 +79,11 @@ def _parse_into(raw: Any, source: str, where: str, result: ParseResult) -> None:
         return
     if kind == "List" or (kind.endswith("List") and "items" in raw):
         items = raw.get("items")
+        if depth >= MAX_LIST_DEPTH:
+            result.problems.append(InvalidObject(
+                source=source, obj=_label(where, raw), field="items",
+                problem=f"lists nested more than {MAX_LIST_DEPTH} deep are not read"))
+            return
         if not isinstance(items, list):
             result.problems.append(InvalidObject(
                 source=source, obj=_label(where, raw), field="items",
@@ -84,7 +93,7 @@ def _parse_into(raw: Any, source: str, where: str, result: ParseResult) -> None:
             item_kind = kind[: -len("List")] if kind != "List" else None
             if item_kind and isinstance(item, dict) and "kind" not in item:
                 item = {**item, "kind": item_kind}  # kubectl omits kind in typed lists
-            _parse_into(item, source, f"{where} items[{i}]".strip(), result)
+            _parse_into(item, source, f"{where} items[{i}]".strip(), result, depth + 1)
         return
     try:
         if kind == "Service":

@@ -192,14 +192,18 @@ def _parse_port(raw: Any, path: str, problems: Problems) -> ServicePort | None:
         problems.add(f"{path}.port", "the port number is missing")
         return None
     port = _port_number(spec.get("port"), f"{path}.port", problems, allow_zero=False)
-    node_port = _port_number(spec.get("nodePort", 0), f"{path}.nodePort", problems, allow_zero=True)
+    raw_node_port = spec.get("nodePort")
+    node_port = _port_number(0 if raw_node_port is None else raw_node_port, f"{path}.nodePort", problems,
+                             allow_zero=True)
     raw_target = spec.get("targetPort")
     target: int | str | None
-    if raw_target is None or raw_target == 0:
+    # SetDefaults_Service: a targetPort of 0 or "" (or none) defaults to the port.
+    if raw_target is None or raw_target == "" or (type(raw_target) is int and raw_target == 0):
         target = port
-    elif isinstance(raw_target, str) and not raw_target.isdigit():
+    elif isinstance(raw_target, str) and not (raw_target.isascii() and raw_target.isdigit()):
         target = raw_target
     else:
+        # An ASCII decimal string ("8080", as YAML may quote it) is read as a number.
         target = _port_number(
             int(raw_target) if isinstance(raw_target, str) else raw_target,
             f"{path}.targetPort",
@@ -229,9 +233,15 @@ def _cidr(value: Any, path: str, problems: Problems) -> str | None:
     if not isinstance(value, str):
         problems.add(path, f"expected a CIDR, got {value!r}")
         return None
+    text = value.strip()
+    if "/" not in text or "%" in text:
+        # Go's ParseCIDR needs a prefix length and refuses zones; Python would read "10.0.0.1"
+        # as a /32 and keep "fe80::%eth0/64".
+        problems.add(path, f"{value!r} is not a valid CIDR (expected address/prefix-length)")
+        return None
     try:
         # Go's ParseCIDRSloppy keeps the network and drops host bits, as strict=False does.
-        return str(ipaddress.ip_network(value.strip(), strict=False))
+        return str(ipaddress.ip_network(text, strict=False))
     except ValueError:
         problems.add(path, f"{value!r} is not a valid CIDR")
         return None
@@ -293,7 +303,8 @@ def parse_service(raw: Mapping[str, Any], *, source: str = "") -> tuple[Service,
                 TrafficPolicy, etp_default) or TrafficPolicy.Cluster
     itp = _enum(spec.get("internalTrafficPolicy"), "spec.internalTrafficPolicy", p,
                 TrafficPolicy, "Cluster") or TrafficPolicy.Cluster
-    hc = spec.get("healthCheckNodePort", 0)
+    hc = spec.get("healthCheckNodePort")
+    hc = 0 if hc is None else hc
     health = _port_number(hc, "spec.healthCheckNodePort", p, allow_zero=True) or 0
     svc = Service(
         namespace=ns_v, name=name_v, labels=labels, annotations=annotations, type=svc_type,
@@ -333,7 +344,8 @@ def _parse_cluster_ips(spec: Mapping[str, Any], p: Problems) -> tuple[bool, tupl
 def _parse_ports(spec: Mapping[str, Any], p: Problems, svc_type: ServiceType) -> tuple[ServicePort, ...]:
     raw_ports = as_list(spec.get("ports"), "spec.ports", p)
     ports: list[ServicePort] = []
-    seen: set[tuple[str, Protocol]] = set()
+    # validateServicePort: a port name is unique within the Service, whatever the protocol.
+    seen: set[str] = set()
     for i, raw_port in enumerate(raw_ports):
         port = _parse_port(raw_port, f"spec.ports[{i}]", p)
         if port is None:
@@ -341,14 +353,15 @@ def _parse_ports(spec: Mapping[str, Any], p: Problems, svc_type: ServiceType) ->
         if len(raw_ports) > 1 and not port.name:
             p.add(f"spec.ports[{i}].name", "a name is required when a Service has several ports")
             continue
-        if (port.name, port.protocol) in seen:
-            p.add(f"spec.ports[{i}].name", f"duplicate port name {port.name!r} for {port.protocol}")
+        if port.name and port.name in seen:
+            p.add(f"spec.ports[{i}].name", f"duplicate port name {port.name!r}; port names must be unique "
+                  "within a Service, even across protocols")
             continue
         if port.node_port and svc_type not in (ServiceType.NodePort, ServiceType.LoadBalancer):
             p.add(f"spec.ports[{i}].nodePort", f"nodePort {port.node_port} needs type NodePort "
                   f"or LoadBalancer, not {svc_type}")
             continue
-        seen.add((port.name, port.protocol))
+        seen.add(port.name)
         ports.append(port)
     if raw_ports and not ports:
         raise p.fail("spec.ports", "no valid port: " + "; ".join(str(e) for e in p.errors))
