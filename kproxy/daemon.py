@@ -11,12 +11,12 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import structlog
 
-from kproxy.model import IPFamily, NodeConfig, Protocol, ServicePortName
+from kproxy.model import NodeConfig, Protocol, ServicePortName
 from kproxy.sources.base import Source
 from kproxy.sync.engine import SyncEngine
 from kproxy.userspace import AddressEntry, UserspaceProxy
@@ -65,7 +65,9 @@ class RunningProxy:
         """Every service port with the address it listens on."""
         return self.proxy.address_table()
 
-    def listen_address(self, service: str | ServicePortName, protocol: Protocol | str = "TCP") -> tuple[str, int]:
+    def listen_address(
+        self, service: str | ServicePortName, protocol: Protocol | str = "TCP"
+    ) -> tuple[str, int]:
         """Where a client connects to reach ``service`` (``ns/name[:port]``) over ``protocol``.
 
         Raises:
@@ -162,7 +164,3 @@ async def serve(
         await proxy.aclose(options.drain_timeout_s)
     log.info("stopped")
 
-
-def default_families() -> Sequence[IPFamily]:
-    """The families kproxy proxies by default: IPv4 then IPv6, as a dual-stack kube-proxy."""
-    return (IPFamily.IPv4, IPFamily.IPv6)
