@@ -62,11 +62,13 @@ __all__ = [
     "ServicePortName",
     "Snapshot",
     "Source",
+    "SourceError",
     "SyncEngine",
     "UserspaceOptions",
     "UserspaceProxy",
     "__version__",
     "build_snapshot",
+    "load_manifests",
     "parse_objects",
     "running_userspace_proxy",
 ]
