@@ -1,0 +1,31 @@
+"""Injected time for the kernel models: a ``Clock`` protocol and a manual clock for tests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+__all__ = ["Clock", "ManualClock"]
+
+
+class Clock(Protocol):
+    """Anything with ``now() -> float`` seconds (monotonic; the origin does not matter)."""
+
+    def now(self) -> float: ...
+
+
+@dataclass(slots=True)
+class ManualClock:
+    """A clock that moves only when told to: ``advance(seconds)``."""
+
+    time_s: float = 0.0
+
+    def now(self) -> float:
+        """The current time in seconds."""
+        return self.time_s
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward by ``seconds`` (must not be negative)."""
+        if seconds < 0:
+            raise ValueError(f"time cannot go backwards: {seconds=}")
+        self.time_s += seconds

@@ -1,0 +1,446 @@
+"""A packet's way through the hooks of a node, in the kernel's order, with conntrack and NAT.
+
+Arriving on an interface: raw PREROUTING, conntrack, mangle PREROUTING, nat PREROUTING (first
+packet of a flow only; later ones reuse its translation), the routing decision on the
+translated destination, then either INPUT (mangle, filter, security, nat for SNAT) for a local
+destination, or FORWARD (mangle, filter, security) and POSTROUTING (mangle, nat). Generated
+locally: route, raw/mangle/nat/filter/security OUTPUT, re-route if the destination or mark
+changed, POSTROUTING; a local destination then loops through ``lo`` (raw and mangle
+PREROUTING, then INPUT; nat is not consulted again). Hook priorities from
+include/uapi/linux/netfilter_ipv4.h.
+
+Two modes share one pure evaluation: :meth:`Netns.send` samples (statistic matches draw from
+the caller's ``random.Random``; counters, ``recent`` lists, ``nth`` counters and conntrack are
+updated) and :meth:`Netns.enumerate` returns every outcome with its probability (a
+``statistic --mode random`` match branches; nothing is updated, not even counters).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from emulation.addr import format_address, parse_address, parse_cidr
+from emulation.clock import Clock
+from emulation.conntrack import ConntrackEntry, ConntrackTable, FlowKey, timeout_s
+from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep
+from emulation.netfilter.rules import Ruleset
+from emulation.netfilter.ruleset import Counters, apply_restore, save
+from emulation.netfilter.traverse import run_chain
+from emulation.node import Node
+from emulation.packet import Packet
+
+__all__ = ["Netns", "Outcome"]
+
+_LOOPBACK4 = parse_cidr("127.0.0.0/8")
+_PRE = ("mangle", "nat")
+_IN = ("mangle", "filter", "security", "nat")
+_FWD = ("mangle", "filter", "security")
+_OUT = ("mangle", "nat", "filter", "security")
+_POST = ("mangle", "nat")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What happened to one packet.
+
+    Attributes:
+        verdict: ``ACCEPT``, ``DROP`` or ``REJECT``.
+        delivery: ``local`` (delivered to a socket on the node), ``forward`` (sent out
+            ``out_interface``) or ``none`` (dropped or rejected).
+        packet: the packet as delivered or sent, after NAT (its ``mark`` is the final mark).
+        ctstate: the conntrack state it had (NEW, ESTABLISHED, INVALID, UNTRACKED).
+        dnat, snat: its destination / source was translated; ``masquerade``: by MASQUERADE.
+        reason: a short human explanation (which chain or policy decided, or a routing cause).
+        uncertain: an unknown match or target was met on the way, so this may be wrong.
+        trace: every rule and policy met, when tracing was asked for (else empty).
+    """
+
+    verdict: str
+    delivery: str
+    out_interface: str | None
+    packet: Packet
+    ctstate: str
+    dnat: bool
+    snat: bool
+    masquerade: bool
+    reason: str
+    uncertain: bool
+    trace: tuple[TraceStep, ...] = ()
+
+    @property
+    def destination(self) -> str:
+        """``ip:port`` (``[ip]:port`` for IPv6) the packet finally went to."""
+        host = f"[{self.packet.dst}]" if ":" in self.packet.dst else self.packet.dst
+        return f"{host}:{self.packet.dport}"
+
+
+class _Chooser:
+    """The oracle for statistic matches in enumerate mode: replays a prefix of choices."""
+
+    def __init__(self, prefix: list[bool]) -> None:
+        self.prefix = prefix
+        self.taken: list[tuple[float, bool]] = []
+
+    def __call__(self, p: float) -> bool:
+        k = len(self.taken)
+        choice = self.prefix[k] if k < len(self.prefix) else p > 0.0
+        self.taken.append((p, choice))
+        return choice
+
+
+class Netns:
+    """One node's netfilter state: rules, counters, ``recent`` lists, conntrack, clock.
+
+    A thin mutable shell: :meth:`restore` swaps in a new immutable ruleset atomically, and
+    :meth:`send` commits the effects of one evaluated packet.
+
+    Args:
+        node: addresses, interfaces, routes and sysctls.
+        clock: seconds for conntrack and ``recent``.
+        ruleset: initial rules (default: none, every policy ACCEPT).
+        set_lookup: ipset membership for ``-m set`` (``None``: such matches are unknown).
+    """
+
+    def __init__(
+        self, node: Node, clock: Clock, *, ruleset: Ruleset | None = None, set_lookup: SetLookup | None = None
+    ) -> None:
+        self.node = node
+        self.clock = clock
+        self.ruleset = ruleset or Ruleset()
+        self.set_lookup = set_lookup
+        self.counters = Counters()
+        self.dynamic = Dynamic()
+        self.conntrack = ConntrackTable(clock)
+
+    # --- rules ---------------------------------------------------------------------------------
+
+    def restore(
+        self, text: str, *, noflush: bool = False, strict: bool = False, counters: bool = False
+    ) -> None:
+        """``iptables-restore``: atomic; on :class:`NetfilterError` nothing changes."""
+        self.ruleset = apply_restore(self.ruleset, text, noflush=noflush, strict=strict, counters=counters)
+
+    def save(self, *, counters: bool = False) -> str:
+        """``iptables-save [-c]`` of the current state, with live counters."""
+        return save(self.ruleset, counters=counters, live=self.counters)
+
+    # --- packets -------------------------------------------------------------------------------
+
+    def send(self, packet: Packet, rng: random.Random, *, trace: bool = False) -> Outcome:
+        """Evaluate one packet, sampling random matches from ``rng``, and commit its effects."""
+        outcome, ctx, commit = self._evaluate(packet, lambda p: rng.random() < p, trace)
+        for uid, nbytes in ctx.hits:
+            c = self.counters.rules.setdefault(uid, [0, 0])
+            c[0] += 1
+            c[1] += nbytes
+        for tname, cname, nbytes in ctx.policy_hits:
+            c = self.counters.policies.setdefault((tname, cname), [0, 0])
+            c[0] += 1
+            c[1] += nbytes
+        self.dynamic.nth.update(ctx.nth_overlay)
+        self.dynamic.recent.update(ctx.recent_overlay)
+        if commit is not None:
+            commit()
+        return outcome
+
+    def enumerate(self, packet: Packet, *, trace: bool = False) -> list[tuple[float, Outcome]]:
+        """Every possible outcome of ``packet`` with its probability (summing to 1).
+
+        A ``statistic --mode random`` match branches into ``p`` and ``1 - p`` (branches of
+        probability 0 are left out); ``nth`` matches are decided by the current counters. No
+        state changes: counters, ``recent`` lists, ``nth`` counters and conntrack stay as they are.
+        """
+        results: list[tuple[float, Outcome]] = []
+        pending: list[list[bool]] = [[]]
+        while pending:
+            prefix = pending.pop()
+            chooser = _Chooser(prefix)
+            outcome, _, _ = self._evaluate(packet, chooser, trace)
+            prob = 1.0
+            for p, c in chooser.taken:
+                prob *= p if c else 1.0 - p
+            results.append((prob, outcome))
+            for k in range(len(prefix), len(chooser.taken)):
+                p, c = chooser.taken[k]
+                if (1.0 - p if c else p) > 0.0:
+                    pending.append([t[1] for t in chooser.taken[:k]] + [not c])
+        return results
+
+    # --- the path ------------------------------------------------------------------------------
+
+    def _evaluate(
+        self,
+        packet: Packet,
+        oracle: Callable[[float], bool],
+        tracing: bool,
+    ) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
+        version, src = parse_address(packet.src)
+        _, dst = parse_address(packet.dst)
+        node = self.node
+        local_origin = packet.in_interface is None
+        if not local_origin and node.interface(packet.in_interface or "") is None:
+            raise ValueError(f"in_interface={packet.in_interface!r} is not an interface of the node")
+        ctx = Ctx(
+            node=node,
+            version=version,
+            src=src,
+            dst=dst,
+            sport=packet.sport,
+            dport=packet.dport,
+            proto=packet.protocol,
+            iif=packet.in_interface,
+            mark=packet.mark,
+            length=packet.length,
+            syn=packet.syn,
+            now=self.clock.now(),
+            dyn=self.dynamic,
+            oracle=oracle,
+            set_lookup=self.set_lookup,
+            tracing=tracing,
+        )
+        path = _Path(self, ctx, packet)
+        return path.run()
+
+
+class _Path:
+    """One evaluation of one packet (see the module docstring for the order)."""
+
+    def __init__(self, ns: Netns, ctx: Ctx, packet: Packet) -> None:
+        self.ns = ns
+        self.ctx = ctx
+        self.packet = packet
+        self.rs = ns.ruleset
+        self.entry: ConntrackEntry | None = None
+        self.new_flow = False
+        self.orig: FlowKey | None = None
+        self.pending_src: tuple[int, int] | None = None  # translation of an existing entry
+        self.pending_dst: tuple[int, int] | None = None
+
+    def run(self) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
+        ctx, node = self.ctx, self.ns.node
+        if self.packet.in_interface is None:
+            return self._local_out()
+        if (
+            ctx.iif != "lo"
+            and not node.route_localnet
+            and (_LOOPBACK4.contains(ctx.version, ctx.src) or _LOOPBACK4.contains(ctx.version, ctx.dst))
+        ):
+            return self._done("DROP", "none", None, "martian: 127.0.0.0/8 off lo without route_localnet")
+        v = self._hook("PREROUTING", ("raw",))
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "raw PREROUTING")
+        self._conntrack_in()
+        v = self._hook("PREROUTING", _PRE)
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "PREROUTING")
+        route = node.route(ctx.version, ctx.dst)
+        if ctx.iif != "lo" and not node.route_localnet and _LOOPBACK4.contains(ctx.version, ctx.dst):
+            return self._done("DROP", "none", None, "martian destination 127.0.0.0/8 after DNAT")
+        if route.kind in ("local", "broadcast", "multicast"):
+            return self._input()
+        if route.kind != "unicast":
+            return self._done("DROP", "none", None, f"route: {route.kind}")
+        if not node.ip_forward:
+            return self._done("DROP", "none", None, "ip_forward is off")
+        ctx.oif = route.device
+        v = self._hook("FORWARD", _FWD)
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "FORWARD")
+        return self._postrouting(route.device, route.nexthop)
+
+    def _local_out(self) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
+        ctx, node = self.ctx, self.ns.node
+        route = node.route(ctx.version, ctx.dst)
+        if route.kind not in ("local", "unicast", "broadcast", "multicast"):
+            return self._done("DROP", "none", None, f"route: {route.kind}")
+        ctx.oif = route.device
+        v = self._hook("OUTPUT", ("raw",))
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "raw OUTPUT")
+        self._conntrack_in()
+        before = (ctx.dst, ctx.mark)
+        v = self._hook("OUTPUT", _OUT)
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "OUTPUT")
+        if (ctx.dst, ctx.mark) != before:
+            route = node.route(ctx.version, ctx.dst)
+            if route.kind not in ("local", "unicast", "broadcast", "multicast"):
+                return self._done("DROP", "none", None, f"re-route: {route.kind}")
+            ctx.oif = route.device
+        if route.kind != "local" and not node.route_localnet and _LOOPBACK4.contains(ctx.version, ctx.src):
+            return self._done(
+                "DROP", "none", None, "martian: 127.0.0.0/8 source leaving lo without route_localnet"
+            )
+        if route.kind != "local":
+            return self._postrouting(route.device, route.nexthop)
+        v = self._hook("POSTROUTING", _POST)
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "POSTROUTING")
+        self._apply_snat("lo", None)
+        ctx.iif, ctx.oif = "lo", None
+        for hook, tables in (("PREROUTING", ("raw", "mangle")), ("INPUT", ("mangle", "filter", "security"))):
+            v = self._hook(hook, tables)
+            if v != "ACCEPT":
+                return self._done(v, "none", None, hook)
+        return self._done("ACCEPT", "local", None, "delivered locally")
+
+    def _input(self) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
+        v = self._hook("INPUT", _IN)
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "INPUT")
+        if not self._apply_snat(None, None):
+            return self._done("DROP", "none", None, "MASQUERADE found no address")
+        return self._done("ACCEPT", "local", None, "delivered locally")
+
+    def _postrouting(
+        self, device: str | None, nexthop: str | None
+    ) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
+        v = self._hook("POSTROUTING", _POST)
+        if v != "ACCEPT":
+            return self._done(v, "none", None, "POSTROUTING")
+        if not self._apply_snat(device, nexthop):
+            return self._done("DROP", "none", None, f"MASQUERADE: no address on {device}")
+        return self._done("ACCEPT", "forward", device, f"sent out {device}")
+
+    # --- hooks, conntrack, NAT --------------------------------------------------------------------
+
+    def _hook(self, hook: str, tables: tuple[str, ...]) -> str:
+        ctx = self.ctx
+        ctx.hook = hook
+        for tname in tables:
+            table = self.rs.tables.get(tname)
+            if tname == "nat" and not self.new_flow:
+                self._apply_existing(hook)
+                continue
+            if table is None:
+                continue
+            chain = table.chains.get(hook)
+            if chain is None:
+                continue
+            before = (ctx.dst, ctx.dport)
+            v = run_chain(ctx, table, chain)
+            if tname == "nat" and self.orig is not None and (ctx.dst, ctx.dport) != before:
+                ctx.ct_dnat = True
+            if v != "ACCEPT":
+                return v
+        return "ACCEPT"
+
+    def _apply_existing(self, hook: str) -> None:
+        ctx = self.ctx
+        if hook in ("PREROUTING", "OUTPUT") and self.pending_dst is not None:
+            ctx.dst, ctx.dport = self.pending_dst
+            self.pending_dst = None
+
+    def _conntrack_in(self) -> None:
+        ctx = self.ctx
+        if ctx.notrack:
+            ctx.ctstate = "UNTRACKED"
+            return
+        key: FlowKey = (ctx.version, ctx.src, ctx.sport, ctx.dst, ctx.dport, ctx.proto)
+        found = self.ns.conntrack.lookup(key)
+        if found is None:
+            if ctx.proto == "tcp" and not ctx.syn and not self.ns.node.tcp_loose:
+                ctx.ctstate = "INVALID"
+                return
+            self.new_flow = True
+            self.orig = key
+            ctx.ctstate = "NEW"
+            ctx.ct_orig = (ctx.src, ctx.sport, ctx.dst, ctx.dport)
+            return
+        entry, is_reply = found
+        self.entry = entry
+        ctx.ctmark = entry.mark
+        ctx.ct_dnat, ctx.ct_snat = entry.dnat, entry.snat
+        o, r = entry.original, entry.reply
+        ctx.ct_orig = (o[1], o[2], o[3], o[4])
+        ctx.ct_reply = (r[1], r[2], r[3], r[4])
+        ctx.ct_dir_reply = is_reply
+        if is_reply:
+            ctx.ctstate = "ESTABLISHED"
+            self.pending_dst = (o[1], o[2])
+            self.pending_src = (o[3], o[4])
+        else:
+            ctx.ctstate = "ESTABLISHED" if entry.seen_reply else "NEW"
+            self.pending_dst = (r[1], r[2])
+            self.pending_src = (r[3], r[4])
+
+    def _apply_snat(self, device: str | None, nexthop: str | None) -> bool:
+        ctx = self.ctx
+        if not self.new_flow:
+            if self.pending_src is not None:
+                ctx.src, ctx.sport = self.pending_src
+            return True
+        if ctx.snat is None:
+            return True
+        addr, port = ctx.snat
+        if addr == -1:  # MASQUERADE: the out interface's address
+            chosen = self.ns.node.source_address(device or "lo", ctx.version, nexthop, ctx.dst)
+            if chosen is None:
+                return False
+            addr = parse_address(chosen)[1]
+        if (addr, port) != (ctx.src, ctx.sport):
+            ctx.ct_snat = True
+        ctx.src, ctx.sport = addr, port
+        return True
+
+    def _done(
+        self,
+        verdict: str,
+        delivery: str,
+        device: str | None,
+        reason: str,
+    ) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
+        ctx, p = self.ctx, self.packet
+        final = replace(
+            p,
+            src=format_address(ctx.version, ctx.src),
+            dst=format_address(ctx.version, ctx.dst),
+            sport=ctx.sport,
+            dport=ctx.dport,
+            mark=ctx.mark,
+            out_interface=device,
+            in_interface=p.in_interface,
+        )
+        orig_src, orig_dst = parse_address(p.src)[1], parse_address(p.dst)[1]
+        outcome = Outcome(
+            verdict=verdict,
+            delivery=delivery,
+            out_interface=device,
+            packet=final,
+            ctstate=ctx.ctstate,
+            dnat=(ctx.dst, ctx.dport) != (orig_dst, p.dport) and not ctx.ct_dir_reply,
+            snat=(ctx.src, ctx.sport) != (orig_src, p.sport) and not ctx.ct_dir_reply,
+            masquerade=ctx.masquerade,
+            reason=reason,
+            uncertain=ctx.uncertain,
+            trace=tuple(ctx.trace),
+        )
+        commit = None
+        if verdict == "ACCEPT":
+            commit = self._commit_fn()
+        return outcome, ctx, commit
+
+    def _commit_fn(self) -> Callable[[], None] | None:
+        ctx, table = self.ctx, self.ns.conntrack
+        if self.new_flow and self.orig is not None:
+            now = ctx.now
+            orig = self.orig
+            reply: FlowKey = (ctx.version, ctx.dst, ctx.dport, ctx.src, ctx.sport, ctx.proto)
+            entry = ConntrackEntry(
+                original=orig,
+                reply=reply,
+                created_s=now,
+                expires_s=now + timeout_s(ctx.proto, False, 0.0),
+                mark=ctx.ctmark,
+            )
+            return lambda: table.confirm(entry)
+        if self.entry is not None:
+            existing, is_reply, mark = self.entry, ctx.ct_dir_reply, ctx.ctmark
+            return lambda: _refresh(table, existing, is_reply, mark)
+        return None
+
+
+def _refresh(table: ConntrackTable, entry: ConntrackEntry, reply: bool, mark: int) -> None:
+    table.refresh(entry, reply=reply, mark=mark)

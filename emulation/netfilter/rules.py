@@ -1,0 +1,193 @@
+"""Rules, chains, tables and rulesets: immutable values.
+
+A :class:`Ruleset` is the whole netfilter state of one IP family: tables by name, each with
+its chains in order. Changing anything makes a new ruleset (so a failed restore simply keeps
+the old one). Each rule has a ``uid`` that follows it through unrelated changes, as the
+kernel's per-rule counters do; counters themselves live outside (see ``Counters``).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from emulation.netfilter.matches import AddressMatch, Match, Multiport, Ports, ProtoMatch
+from emulation.netfilter.targets import Target
+
+__all__ = ["BUILTIN_CHAINS", "TABLE_ORDER", "Chain", "Rule", "Ruleset", "Table", "new_uid"]
+
+#: Built-in chains per table, in the order iptables-save prints them.
+BUILTIN_CHAINS: dict[str, tuple[str, ...]] = {
+    "raw": ("PREROUTING", "OUTPUT"),
+    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
+    "filter": ("INPUT", "FORWARD", "OUTPUT"),
+    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
+    "security": ("INPUT", "FORWARD", "OUTPUT"),
+}
+#: The order iptables-save (nf_tables backend, 1.8.x) prints tables in.
+TABLE_ORDER = ("mangle", "security", "raw", "filter", "nat")
+
+_uids = itertools.count(1)
+
+
+def new_uid() -> int:
+    """A fresh rule identity (process-wide, increasing)."""
+    return next(_uids)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rule:
+    """One rule: basic matches, match modules in order, and an optional target.
+
+    Attributes:
+        chain: the chain it belongs to.
+        basic: ``-s -d -i -o -p`` matches in canonical order (tested first, as ip_tables does).
+        matches: ``-m`` modules in the order given (tested in that order; the first that fails
+            stops, so later side effects such as ``recent --set`` do not happen).
+        target: ``None`` for a rule without ``-j`` (it only counts).
+        line: the restore input line that created it (0 if none).
+        counters: the ``[packets:bytes]`` it was created with.
+        uid: identity for counters and ``nth`` state (not part of equality).
+    """
+
+    chain: str
+    basic: tuple[Match, ...] = ()
+    matches: tuple[Match, ...] = ()
+    target: Target | None = None
+    line: int = field(default=0, compare=False)
+    counters: tuple[int, int] = field(default=(0, 0), compare=False)
+    uid: int = field(default_factory=new_uid, compare=False)
+
+    def spec(self) -> str:
+        """The rule without ``-A CHAIN``, canonical, as iptables-save prints it."""
+        words: list[str] = []
+        for m in self.basic:
+            words += m.save_args()
+        for m in self.matches:
+            words += ["-m", m.module, *m.save_args()]
+        if self.target is not None:
+            words += self.target.save_args()
+        return " ".join(words)
+
+    def text(self) -> str:
+        """``-A CHAIN ...`` in iptables-save form."""
+        spec = self.spec()
+        return f"-A {self.chain} {spec}" if spec else f"-A {self.chain}"
+
+    def dispatch_keys(self) -> tuple[tuple[int, int] | None, tuple[str, int] | None]:
+        """``((version, dst), (proto, dport))`` when the rule can only match that exact value.
+
+        Used to index chains; either part is ``None`` when the rule has no such exact test.
+        """
+        dst = None
+        proto = None
+        dport = None
+        for m in self.basic:
+            if isinstance(m, AddressMatch) and m.side == "d" and not m.negated and m.cidr.is_host:
+                dst = (m.cidr.version, m.cidr.network)
+            if isinstance(m, ProtoMatch) and not m.negated and m.proto in ("tcp", "udp", "sctp"):
+                proto = m.proto
+        for m in self.matches:
+            if isinstance(m, Ports) and m.dport and not m.dport_neg and m.dport[0] == m.dport[1]:
+                dport = m.dport[0]
+                proto = m.proto
+            if isinstance(m, Multiport):
+                dport = None
+                break
+        return dst, ((proto, dport) if proto is not None and dport is not None else None)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainIndex:
+    """Candidate rule positions per exact destination (or per protocol and port).
+
+    ``by_key[key]`` lists, in order, every rule that could match a packet with that key
+    (rules keyed on it plus every rule with no key); ``fallback`` is for other packets.
+    """
+
+    kind: str  # "dst" or "dport"
+    by_key: Mapping[object, tuple[int, ...]]
+    fallback: tuple[int, ...]
+
+
+_MAX_GENERIC = 32
+_MIN_INDEXED = 16
+
+
+def _build_index(rules: tuple[Rule, ...]) -> ChainIndex | None:
+    if len(rules) < _MIN_INDEXED:
+        return None
+    keys = [r.dispatch_keys() for r in rules]
+    for kind, pos in (("dst", 0), ("dport", 1)):
+        generic = tuple(i for i, k in enumerate(keys) if k[pos] is None)
+        if len(generic) > _MAX_GENERIC or len(generic) * 2 > len(rules):
+            continue
+        buckets: dict[object, list[int]] = {}
+        for i, k in enumerate(keys):
+            if k[pos] is not None:
+                buckets.setdefault(k[pos], []).append(i)
+        by_key = {key: tuple(sorted((*idx, *generic))) for key, idx in buckets.items()}
+        return ChainIndex(kind, by_key, generic)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Chain:
+    """A chain: ``policy`` ACCEPT/DROP for a built-in chain, ``None`` for a user chain."""
+
+    name: str
+    policy: str | None = None
+    rules: tuple[Rule, ...] = ()
+    counters: tuple[int, int] = field(default=(0, 0), compare=False)
+    index: ChainIndex | None = field(default=None, compare=False, repr=False, init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "index", _build_index(self.rules))
+
+    @property
+    def builtin(self) -> bool:
+        """Whether this is a built-in chain (it has a policy)."""
+        return self.policy is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """A table: ``name`` and its ``chains`` (built-in ones always present)."""
+
+    name: str
+    chains: Mapping[str, Chain]
+
+    @classmethod
+    def empty(cls, name: str) -> Table:
+        """A table with only its built-in chains, policy ACCEPT, no rules."""
+        return cls(name, {c: Chain(c, "ACCEPT") for c in BUILTIN_CHAINS[name]})
+
+
+@dataclass(frozen=True, slots=True)
+class Ruleset:
+    """All tables of one IP family (``version`` 4 for iptables, 6 for ip6tables)."""
+
+    version: int = 4
+    tables: Mapping[str, Table] = field(default_factory=dict)
+
+    def chain(self, table: str, chain: str) -> Chain | None:
+        """The chain, or ``None`` if the table or chain does not exist."""
+        t = self.tables.get(table)
+        return t.chains.get(chain) if t else None
+
+    def rules(self) -> list[tuple[str, Rule]]:
+        """Every ``(table, rule)`` in save order."""
+        out: list[tuple[str, Rule]] = []
+        for tname in TABLE_ORDER:
+            t = self.tables.get(tname)
+            if t is not None:
+                for c in chain_order(t):
+                    out += [(tname, r) for r in t.chains[c].rules]
+        return out
+
+
+def chain_order(table: Table) -> list[str]:
+    """Built-in chains in kernel order, then user chains sorted by name (as iptables-save)."""
+    builtin = [c for c in BUILTIN_CHAINS[table.name] if c in table.chains]
+    return builtin + sorted(c for c in table.chains if c not in BUILTIN_CHAINS[table.name])

@@ -1,0 +1,208 @@
+"""A node: its interfaces and addresses, its routes, and the sysctls the data path reads.
+
+Theory of operation: routing is a longest-prefix match over the connected routes derived from
+interface addresses plus the explicit routes given (``default`` included). Local addresses are
+every interface address and, as in the kernel's ``local`` table, all of ``127.0.0.0/8`` and
+``::1``. :meth:`Node.address_type` follows ``inet_dev_addr_type`` (net/ipv4/fib_frontend.c): it
+looks only at the local table, so an address is LOCAL, BROADCAST, MULTICAST or else UNICAST.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from emulation.addr import Cidr, format_address, parse_address, parse_cidr
+
+__all__ = ["Interface", "Node", "Route", "RouteResult"]
+
+RouteKind = Literal["local", "unicast", "broadcast", "multicast", "unreachable", "blackhole", "prohibit"]
+_LOOPBACK4 = parse_cidr("127.0.0.0/8")
+_MCAST4 = parse_cidr("224.0.0.0/4")
+_MCAST6 = parse_cidr("ff00::/8")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Interface:
+    """A network interface: ``name`` and its ``addresses`` as CIDRs (``"192.168.0.2/24"``).
+
+    The first address of a family is its primary address (what MASQUERADE prefers).
+    """
+
+    name: str
+    addresses: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("an interface needs a name")
+        for a in self.addresses:
+            parse_cidr(a)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Route:
+    """A route: ``destination`` CIDR or ``"default"``, out ``device``, optional gateway ``via``.
+
+    ``kind`` may be ``unicast`` (default), ``blackhole``, ``unreachable`` or ``prohibit``.
+    ``version`` chooses the family of a ``default`` route.
+    """
+
+    destination: str
+    device: str = ""
+    via: str | None = None
+    kind: Literal["unicast", "blackhole", "unreachable", "prohibit"] = "unicast"
+    version: int = 4
+
+    def cidr(self) -> Cidr:
+        """The destination prefix (``default`` is ``0.0.0.0/0`` or ``::/0``)."""
+        if self.destination == "default":
+            return parse_cidr("0.0.0.0/0" if self.version == 4 else "::/0")
+        return parse_cidr(self.destination)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RouteResult:
+    """A routing decision: ``kind``, the out ``device`` (``lo`` for local) and the ``nexthop``."""
+
+    kind: RouteKind
+    device: str | None
+    nexthop: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """The node whose netfilter tables are emulated.
+
+    Attributes:
+        interfaces: its interfaces; ``lo`` (127.0.0.1/8, ::1/128) is added when missing.
+        routes: routes besides the connected ones, e.g. ``Route(destination="default", ...)``.
+        route_localnet: ``net.ipv4.conf.all.route_localnet``: allow 127.0.0.0/8 off ``lo``.
+        ip_forward: ``net.ipv4.ip_forward`` (and the IPv6 equivalent).
+        tcp_loose: ``net.netfilter.nf_conntrack_tcp_loose``: pick up mid-stream TCP as NEW.
+    """
+
+    interfaces: tuple[Interface, ...] = ()
+    routes: tuple[Route, ...] = ()
+    route_localnet: bool = False
+    ip_forward: bool = True
+    tcp_loose: bool = True
+    _table: tuple[tuple[Cidr, RouteResult], ...] = field(default=(), init=False, repr=False, compare=False)
+    _local: frozenset[tuple[int, int]] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _broadcast: frozenset[tuple[int, int]] = field(default=frozenset(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ifaces = self.interfaces
+        if not any(i.name == "lo" for i in ifaces):
+            ifaces = (Interface(name="lo", addresses=("127.0.0.1/8", "::1/128")), *ifaces)
+            object.__setattr__(self, "interfaces", ifaces)
+        names = [i.name for i in ifaces]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate interface names in {names}")
+        local: set[tuple[int, int]] = set()
+        bcast: set[tuple[int, int]] = set()
+        table: list[tuple[Cidr, RouteResult]] = []
+        for iface in ifaces:
+            for text in iface.addresses:
+                host = parse_address(text.partition("/")[0])
+                local.add(host)
+                net = parse_cidr(text)
+                if net.version == 4 and net.prefix < 31:
+                    bcast.add((4, net.network | (net.mask ^ 0xFFFFFFFF)))
+                if iface.name != "lo":
+                    table.append((net, RouteResult(kind="unicast", device=iface.name, nexthop=None)))
+        for r in self.routes:
+            if r.device and r.device not in names:
+                raise ValueError(f"route {r.destination} uses unknown device {r.device!r}; have {names}")
+            table.append((r.cidr(), RouteResult(kind=r.kind, device=r.device or None, nexthop=r.via)))
+        table.sort(key=lambda e: -e[0].prefix)
+        object.__setattr__(self, "_table", tuple(table))
+        object.__setattr__(self, "_local", frozenset(local))
+        object.__setattr__(self, "_broadcast", frozenset(bcast))
+
+    def interface(self, name: str) -> Interface | None:
+        """The interface called ``name``, or ``None``."""
+        for i in self.interfaces:
+            if i.name == name:
+                return i
+        return None
+
+    def is_local(self, version: int, value: int) -> bool:
+        """Whether the address is the node's own (interface addresses, 127.0.0.0/8, ::1)."""
+        return (version, value) in self._local or _LOOPBACK4.contains(version, value)
+
+    def is_local_ip(self, ip: str) -> bool:
+        """:meth:`is_local` for an address in text form."""
+        return self.is_local(*parse_address(ip))
+
+    def address_type(self, version: int, value: int, device: str | None = None) -> str:
+        """The ``addrtype`` of an address: LOCAL, BROADCAST, MULTICAST or UNICAST.
+
+        With ``device``, LOCAL/BROADCAST only count when the address belongs to that device
+        (``--limit-iface-in/out``); 127.0.0.0/8 belongs to ``lo``.
+        """
+        if version == 4 and value in (0, 0xFFFFFFFF):
+            return "BROADCAST"
+        if _MCAST4.contains(version, value) or _MCAST6.contains(version, value):
+            return "MULTICAST"
+        if device is None:
+            if self.is_local(version, value):
+                return "LOCAL"
+            return "BROADCAST" if (version, value) in self._broadcast else "UNICAST"
+        iface = self.interface(device)
+        if iface is None:
+            return "UNICAST"
+        for text in iface.addresses:
+            if parse_address(text.partition("/")[0]) == (version, value):
+                return "LOCAL"
+            net = parse_cidr(text)
+            if (
+                version == 4 == net.version
+                and net.prefix < 31
+                and value == net.network | (net.mask ^ 0xFFFFFFFF)
+            ):
+                return "BROADCAST"
+        if device == "lo" and _LOOPBACK4.contains(version, value):
+            return "LOCAL"
+        return "UNICAST"
+
+    def route(self, version: int, value: int) -> RouteResult:
+        """The routing decision for a destination (local, longest prefix match, or unreachable)."""
+        if self.is_local(version, value):
+            return RouteResult(kind="local", device="lo", nexthop=None)
+        if (version, value) in self._broadcast:
+            return RouteResult(kind="broadcast", device=None, nexthop=None)
+        for cidr, result in self._table:
+            if cidr.contains(version, value):
+                return result
+        return RouteResult(kind="unreachable", device=None, nexthop=None)
+
+    def source_address(self, device: str, version: int, nexthop: str | None, dst: int) -> str | None:
+        """The address MASQUERADE picks on ``device``, as ``inet_select_addr`` does.
+
+        Prefers a primary address in the same subnet as the next hop (or destination), then the
+        first address of the family on the device; ``None`` when the device has none.
+        """
+        iface = self.interface(device)
+        if iface is None:
+            return None
+        target = parse_address(nexthop)[1] if nexthop else dst
+        first: str | None = None
+        for text in iface.addresses:
+            net = parse_cidr(text)
+            if net.version != version:
+                continue
+            host = text.partition("/")[0]
+            if first is None:
+                first = host
+            if net.contains(version, target):
+                return host
+        return first
+
+    def primary_address(self, device: str, version: int) -> str | None:
+        """The first address of ``version`` on ``device`` (REDIRECT uses it), or ``None``."""
+        iface = self.interface(device)
+        for text in iface.addresses if iface else ():
+            v, value = parse_address(text.partition("/")[0])
+            if v == version:
+                return format_address(v, value)
+        return None

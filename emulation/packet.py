@@ -1,0 +1,89 @@
+"""A packet as the kernel models see it.
+
+Theory: only the header fields netfilter rules, routing and conntrack look at are modelled.
+``in_interface`` is ``None`` for a packet generated on the node itself (it enters through the
+OUTPUT hook); otherwise it arrived on that interface (PREROUTING).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from emulation.addr import parse_address
+
+__all__ = ["PROTOCOLS", "Packet", "Protocol"]
+
+Protocol = Literal["tcp", "udp", "sctp", "icmp"]
+PROTOCOLS: tuple[str, ...] = ("tcp", "udp", "sctp", "icmp")
+PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Packet:
+    """One IP packet.
+
+    Attributes:
+        src, dst: IPv4 or IPv6 addresses (same family).
+        sport, dport: ports, 0..65535 (0 for ICMP).
+        protocol: ``tcp``, ``udp``, ``sctp`` or ``icmp`` (ICMPv6 for an IPv6 packet).
+        in_interface: the interface it arrived on, or ``None`` if generated locally.
+        out_interface: set by routing; callers normally leave it ``None``.
+        mark: the skb mark (``nfmark``), 32 bits.
+        length: bytes on the wire, used for byte counters.
+        syn: for TCP, whether this is a SYN (a flow's first packet). A non-SYN packet with no
+            conntrack entry is picked up as NEW when ``nf_conntrack_tcp_loose`` is on (default).
+
+    Raises:
+        ValueError: bad address, port, protocol or mark.
+    """
+
+    src: str
+    dst: str
+    sport: int = 0
+    dport: int = 0
+    protocol: Protocol = "tcp"
+    in_interface: str | None = None
+    out_interface: str | None = None
+    mark: int = 0
+    length: int = 60
+    syn: bool = True
+
+    def __post_init__(self) -> None:
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol={self.protocol!r}; expected one of {PROTOCOLS}")
+        sv, _ = parse_address(self.src)
+        dv, _ = parse_address(self.dst)
+        if sv != dv:
+            raise ValueError(f"src={self.src!r} and dst={self.dst!r} are of different IP families")
+        for name, port in (("sport", self.sport), ("dport", self.dport)):
+            if not 0 <= port <= 65535:
+                raise ValueError(f"{name}={port} is not a port (0..65535)")
+        if not 0 <= self.mark <= 0xFFFFFFFF:
+            raise ValueError(f"mark={self.mark:#x} is not a 32-bit value")
+        if self.length <= 0:
+            raise ValueError(f"length={self.length} must be a positive byte count")
+
+    @property
+    def version(self) -> int:
+        """4 or 6."""
+        return parse_address(self.src)[0]
+
+    @property
+    def locally_generated(self) -> bool:
+        """True when the node itself sent the packet (no input interface)."""
+        return self.in_interface is None
+
+    def reply(self) -> Packet:
+        """The answer to this packet as its receiver would send it (addresses and ports swapped)."""
+        return replace(
+            self,
+            src=self.dst,
+            dst=self.src,
+            sport=self.dport,
+            dport=self.sport,
+            in_interface=None,
+            out_interface=None,
+            mark=0,
+            syn=False,
+        )
