@@ -214,8 +214,9 @@ class SyncEngine:
         self._snapshot = current
         self.last_sync_time = self._clock.now()
         self.sync_count += 1
-        _log.debug("synced", revision=current.revision, reason=str(reason),
-                   changed=len(current.changed), ports=len(current))
+        log = _log.info if current.changed else _log.debug
+        log("synced", revision=current.revision, reason=str(reason),
+            changed=len(current.changed), ports=len(current))
         self._progress.set()
         self._progress = asyncio.Event()
 
