@@ -100,7 +100,9 @@ def main() -> int:
                    "--min-sync-period", "0s"]
             print("demo: $", " ".join(cmd))
             kproxy = os.environ.get("KPROXY", str(Path(sys.executable).parent / "kproxy"))
-            proxy = subprocess.Popen([kproxy, *cmd[1:]], stderr=subprocess.PIPE, text=True)
+            log_path = Path(tmp) / "kproxy.log"
+            log_file = log_path.open("w")
+            proxy = subprocess.Popen([kproxy, *cmd[1:]], stderr=log_file, text=True)
             table = _wait_for_map(address_map, 5, 15)
             print("\nkproxy's address table (what each Service port listens on):")
             for row in table:
@@ -112,12 +114,17 @@ def main() -> int:
             if proxy is not None:
                 proxy.send_signal(signal.SIGTERM)
                 try:
-                    _, err = proxy.communicate(timeout=10)
+                    proxy.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     proxy.kill()
-                    _, err = proxy.communicate()
+                    proxy.wait()
+                log_file.close()
+                err = log_path.read_text()
+                print("\nkproxy's log (stderr, shortened):")
+                for line in err.splitlines():
+                    print("  " + (line if len(line) <= 150 else line[:147] + "..."))
                 if proxy.returncode != 0:
-                    failures.append(f"kproxy exited with {proxy.returncode}:\n{err}")
+                    failures.append(f"kproxy exited with {proxy.returncode}")
                 else:
                     print("\ndemo: kproxy stopped cleanly on SIGTERM")
             backends.send_signal(signal.SIGTERM)
