@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -20,6 +21,9 @@ from kproxy.model import NodeConfig, Protocol, ServicePortName
 from kproxy.sources.base import Source
 from kproxy.sync.engine import SyncEngine
 from kproxy.userspace import AddressEntry, UserspaceProxy
+
+if TYPE_CHECKING:
+    from kproxy.observability.server import Observability, ObservabilityOptions
 
 __all__ = ["RunningProxy", "UserspaceOptions", "running_userspace_proxy", "serve"]
 
@@ -56,10 +60,12 @@ class RunningProxy:
     Attributes:
         engine: the sync engine (its ``snapshot`` is the state in force).
         proxy: the data plane.
+        observability: health, metrics and health check node ports, when asked for.
     """
 
     engine: SyncEngine
     proxy: UserspaceProxy
+    observability: Observability | None = None
 
     def address_table(self) -> list[AddressEntry]:
         """Every service port with the address it listens on."""
@@ -99,6 +105,7 @@ async def running_userspace_proxy(
     node: NodeConfig | None = None,
     options: UserspaceOptions | None = None,
     startup_timeout_s: float = 10.0,
+    observability: ObservabilityOptions | None = None,
 ) -> AsyncIterator[RunningProxy]:
     """Run the userspace proxy for ``source`` inside the current event loop.
 
@@ -110,11 +117,14 @@ async def running_userspace_proxy(
         node: the node to proxy for (default: no hostname, IPv4 and IPv6).
         options: listening and sync options.
         startup_timeout_s: how long to wait for the first sync, in seconds.
+        observability: serve ``/healthz``, ``/metrics`` and health check node ports too.
 
     Raises:
         TimeoutError: the first sync did not happen in time.
+        ConfigError: an observability address is malformed or cannot be bound.
     """
     opts = options or UserspaceOptions()
+    the_node = node or NodeConfig()
     proxy = UserspaceProxy(
         bind_address=opts.bind_address,
         loopback_block=opts.loopback_block,
@@ -122,27 +132,56 @@ async def running_userspace_proxy(
         udp_idle_timeout_s=opts.udp_idle_timeout_s,
         clock=time.monotonic,
     )
-    engine = SyncEngine(
-        source, node or NodeConfig(), [proxy],
-        min_sync_period_s=opts.min_sync_period_s, sync_period_s=opts.sync_period_s,
-    )
+    engine, obs = _engine(source, the_node, proxy, opts, observability)
     try:
         async with asyncio.TaskGroup() as tg:
-            task = tg.create_task(engine.run(), name="kproxy-sync-engine")
-            running = RunningProxy(engine=engine, proxy=proxy)
+            tasks = []
+            if obs is not None:
+                tasks.append(tg.create_task(obs.run(), name="kproxy-observability"))
+                await obs.wait_started()
+            tasks.append(tg.create_task(engine.run(), name="kproxy-sync-engine"))
+            running = RunningProxy(engine=engine, proxy=proxy, observability=obs)
             try:
                 await running.wait_synced(1, startup_timeout_s)
                 yield running
             finally:
-                task.cancel()
+                for task in tasks:
+                    task.cancel()
     finally:
         await proxy.aclose(opts.drain_timeout_s)
 
 
+def _engine(
+    source: Source, node: NodeConfig, proxy: UserspaceProxy, options: UserspaceOptions,
+    observability: ObservabilityOptions | None,
+) -> tuple[SyncEngine, Observability | None]:
+    """The engine for ``proxy``, instrumented for health and metrics when ``observability`` is given."""
+    if observability is None:
+        return SyncEngine(source, node, [proxy], min_sync_period_s=options.min_sync_period_s,
+                          sync_period_s=options.sync_period_s), None
+    from kproxy.observability.server import Observability
+
+    obs = Observability(observability, sync_period_s=options.sync_period_s,
+                        families=[str(f) for f in node.ip_families])
+    engine = SyncEngine(obs.instruments.source(source), node,
+                        [obs.instruments.consumer(proxy), obs.service_health],
+                        min_sync_period_s=options.min_sync_period_s, sync_period_s=options.sync_period_s)
+    obs.bind(engine, proxy=proxy, source=source)
+    return engine, obs
+
+
 async def serve(
-    source: Source, node: NodeConfig, options: UserspaceOptions, stop: asyncio.Event
+    source: Source, node: NodeConfig, options: UserspaceOptions, stop: asyncio.Event,
+    observability: ObservabilityOptions | None = None,
 ) -> None:
-    """Serve until ``stop`` is set, then shut down cleanly (used by ``kproxy run``)."""
+    """Serve until ``stop`` is set, then shut down cleanly (used by ``kproxy run``).
+
+    With ``observability``, ``/healthz``, ``/livez``, ``/metrics`` and health check node ports
+    are served beside the engine.
+
+    Raises:
+        ConfigError: an observability address is malformed or cannot be bound.
+    """
     proxy = UserspaceProxy(
         bind_address=options.bind_address,
         loopback_block=options.loopback_block,
@@ -150,16 +189,22 @@ async def serve(
         udp_idle_timeout_s=options.udp_idle_timeout_s,
         clock=time.monotonic,
     )
-    engine = SyncEngine(source, node, [proxy], min_sync_period_s=options.min_sync_period_s,
-                        sync_period_s=options.sync_period_s)
+    engine, obs = _engine(source, node, proxy, options, observability)
     log.info("starting", node=node.hostname, families=[str(f) for f in node.ip_families],
              min_sync_period_s=options.min_sync_period_s, sync_period_s=options.sync_period_s)
     try:
         async with asyncio.TaskGroup() as tg:
-            task = tg.create_task(engine.run(), name="kproxy-sync-engine")
+            tasks = [tg.create_task(engine.run(), name="kproxy-sync-engine")]
+            if obs is not None:
+                tasks.append(tg.create_task(obs.run(), name="kproxy-observability"))
             await stop.wait()
             log.info("stopping", drain_timeout_s=options.drain_timeout_s)
-            task.cancel()
+            for task in tasks:
+                task.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:  # e.g. a ConfigError from a bind address: report it as itself
+            raise group.exceptions[0] from group
+        raise
     finally:
         await proxy.aclose(options.drain_timeout_s)
     log.info("stopped")

@@ -1,0 +1,23 @@
+"""kube-proxy's configuration file: KubeProxyConfiguration (kubeproxy.config.k8s.io/v1alpha1)."""
+
+from kproxy.config.kubeproxy import (
+    API_VERSION,
+    KIND,
+    MODES,
+    KubeProxyConfiguration,
+    default_configuration,
+    dump_configuration,
+    load_configuration,
+    parse_configuration,
+)
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "MODES",
+    "KubeProxyConfiguration",
+    "default_configuration",
+    "dump_configuration",
+    "load_configuration",
+    "parse_configuration",
+]

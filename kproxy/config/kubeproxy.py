@@ -1,0 +1,351 @@
+"""KubeProxyConfiguration (``kubeproxy.config.k8s.io/v1alpha1``): strict reading, kube-proxy's defaults.
+
+kube-proxy reads ``--config FILE`` strictly (an unknown or duplicated field is an error) and then
+applies ``SetDefaults_KubeProxyConfiguration`` (``pkg/proxy/apis/config/v1alpha1/defaults.go``):
+a field left at its zero value takes its default. That includes ``iptables.minSyncPeriod: 0s``,
+which becomes 1 s, exactly as in kube-proxy (only the command-line flag can set 0). The health and
+metrics addresses default from ``bindAddress``'s family (``0.0.0.0:10256`` / ``127.0.0.1:10249``,
+or ``[::]:10256`` / ``[::1]:10249``) and get their port appended when it is missing.
+
+Validation follows ``pkg/proxy/apis/config/validation``: positive sync periods with
+``minSyncPeriod <= syncPeriod``, ``masqueradeBit`` in 0..31, ``oomScoreAdj`` in -1000..1000, a
+known ``mode``, IP addresses where addresses are expected. Every error is a
+:class:`~kproxy.errors.ConfigError` naming the file and the field's JSON path.
+
+Pure apart from :func:`load_configuration`, which reads the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import ipaddress
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from kproxy.cli.durations import parse_duration
+from kproxy.errors import ConfigError
+
+__all__ = [
+    "API_VERSION",
+    "KIND",
+    "MODES",
+    "KubeProxyConfiguration",
+    "default_configuration",
+    "dump_configuration",
+    "load_configuration",
+    "parse_configuration",
+]
+
+API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
+KIND = "KubeProxyConfiguration"
+#: kube-proxy's modes (``""`` = the platform default) and kproxy's own ``userspace`` and ``ebpf``.
+MODES = ("", "iptables", "ipvs", "nftables", "kernelspace", "userspace", "ebpf")
+
+_Leaf = tuple[str, Any]  # (type, default); default None means "no default" (zero value kept)
+
+_SCHEMA: dict[str, Any] = {
+    "apiVersion": ("str", API_VERSION),
+    "kind": ("str", KIND),
+    "featureGates": ("map_bool", {}),
+    "clientConnection": {
+        "kubeconfig": ("str", ""), "acceptContentTypes": ("str", ""),
+        "contentType": ("str", "application/vnd.kubernetes.protobuf"), "qps": ("float", 5.0),
+        "burst": ("int", 10)},
+    "logging": ("any", {}),
+    "hostnameOverride": ("str", ""),
+    "bindAddress": ("str", "0.0.0.0"),
+    "healthzBindAddress": ("str", ""),
+    "metricsBindAddress": ("str", ""),
+    "bindAddressHardFail": ("bool", False),
+    "enableProfiling": ("bool", False),
+    "showHiddenMetricsForVersion": ("str", ""),
+    "mode": ("str", ""),
+    "iptables": {
+        "masqueradeBit": ("int", 14), "masqueradeAll": ("bool", False), "localhostNodePorts": ("bool", True),
+        "snatNodeInternalIP": ("bool", False), "syncPeriod": ("duration", "30s"),
+        "minSyncPeriod": ("duration", "1s")},
+    "ipvs": {
+        "syncPeriod": ("duration", "30s"), "minSyncPeriod": ("duration", "0s"), "scheduler": ("str", ""),
+        "excludeCIDRs": ("list", []), "strictARP": ("bool", False), "tcpTimeout": ("duration", "0s"),
+        "tcpFinTimeout": ("duration", "0s"), "udpTimeout": ("duration", "0s")},
+    "nftables": {
+        "masqueradeBit": ("int", 14), "masqueradeAll": ("bool", False), "syncPeriod": ("duration", "30s"),
+        "minSyncPeriod": ("duration", "1s")},
+    "winkernel": {
+        "networkName": ("str", ""), "sourceVip": ("str", ""), "enableDSR": ("bool", False),
+        "rootHnsEndpointName": ("str", ""), "forwardHealthCheckVip": ("bool", False)},
+    "detectLocalMode": ("str", ""),
+    "detectLocal": {"bridgeInterface": ("str", ""), "interfaceNamePrefix": ("str", "")},
+    "clusterCIDR": ("str", ""),
+    "nodePortAddresses": ("list", []),
+    "oomScoreAdj": ("int", -999),
+    "conntrack": {
+        "maxPerCore": ("int", 32 * 1024), "min": ("int", 128 * 1024),
+        "tcpEstablishedTimeout": ("duration", "24h0m0s"), "tcpCloseWaitTimeout": ("duration", "1h0m0s"),
+        "tcpBeLiberal": ("bool", False), "udpTimeout": ("duration", "0s"),
+        "udpStreamTimeout": ("duration", "0s")},
+    "configSyncPeriod": ("duration", "15m0s"),
+    "portRange": ("str", ""),
+    "windowsRunAsService": ("bool", False),
+}
+
+#: Fields whose zero value is replaced by the default, as SetDefaults does (``if x == 0``).
+_ZERO_DEFAULTED = frozenset({
+    "iptables.syncPeriod", "iptables.minSyncPeriod", "ipvs.syncPeriod", "nftables.syncPeriod",
+    "nftables.minSyncPeriod", "configSyncPeriod", "clientConnection.qps", "clientConnection.burst",
+    "clientConnection.contentType", "bindAddress"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeProxyConfiguration:
+    """A defaulted, validated KubeProxyConfiguration, with the fields kproxy uses lifted out.
+
+    Attributes:
+        document: the whole configuration with defaults applied (read-only nested mappings).
+        source: the file it came from, or ``""``.
+        hostname_override, bind_address, healthz_bind_address, metrics_bind_address, mode,
+        cluster_cidr, kubeconfig: as in the document.
+        node_port_addresses: ``nodePortAddresses``.
+        sync_period_s, min_sync_period_s: the sync periods of ``mode`` (``iptables`` for ``""``
+            and ``userspace``), in seconds.
+        config_sync_period_s: ``configSyncPeriod`` in seconds.
+    """
+
+    document: Mapping[str, Any]
+    source: str = ""
+    hostname_override: str = ""
+    bind_address: str = "0.0.0.0"
+    healthz_bind_address: str = "0.0.0.0:10256"
+    metrics_bind_address: str = "127.0.0.1:10249"
+    mode: str = ""
+    cluster_cidr: str = ""
+    kubeconfig: str = ""
+    node_port_addresses: tuple[str, ...] = ()
+    sync_period_s: float = 30.0
+    min_sync_period_s: float = 1.0
+    config_sync_period_s: float = 900.0
+
+    def get(self, path: str) -> Any:
+        """The value at a dotted JSON path (``iptables.masqueradeBit``).
+
+        Raises:
+            ConfigError: no such field.
+        """
+        node: Any = self.document
+        for part in path.split("."):
+            if not isinstance(node, Mapping) or part not in node:
+                raise ConfigError(f"KubeProxyConfiguration has no field {path!r}")
+            node = node[part]
+        return node
+
+
+def _err(source: str, path: str, problem: str) -> ConfigError:
+    where = f"{source}: " if source else ""
+    return ConfigError(f"{where}{path}: {problem}")
+
+
+def _leaf(kind: str, value: Any, path: str, source: str) -> Any:
+    expected: dict[str, type] = {"str": str, "bool": bool, "list": list, "map_bool": dict}
+    if kind in expected:
+        if not isinstance(value, expected[kind]):
+            raise _err(source, path, f"expected a {kind.replace('map_bool', 'map of booleans')}, "
+                                     f"got {type(value).__name__} {value!r}")
+        items: Any = value
+        if kind == "list" and not all(isinstance(v, str) for v in items):
+            raise _err(source, path, f"expected a list of strings, got {value!r}")
+        if kind == "map_bool" and not all(isinstance(v, bool) for v in items.values()):
+            raise _err(source, path, f"expected a map of feature names to booleans, got {value!r}")
+        return copy.deepcopy(value)
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _err(source, path, f"expected an integer, got {type(value).__name__} {value!r}")
+        return value
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise _err(source, path, f"expected a number, got {type(value).__name__} {value!r}")
+        return float(value)
+    if kind == "duration":
+        if not isinstance(value, str):
+            raise _err(source, path, f"expected a duration such as '30s' or '1m', got {value!r}")
+        try:
+            parse_duration(value, flag=path)
+        except ConfigError as err:
+            raise _err(source, path, str(err)) from None
+        return value
+    return copy.deepcopy(value)  # "any"
+
+
+def _walk(schema: Mapping[str, Any], given: Any, prefix: str, source: str) -> dict[str, Any]:
+    if not isinstance(given, Mapping):
+        raise _err(source, prefix or "document", f"expected a mapping, got {type(given).__name__} {given!r}")
+    unknown = sorted(set(given) - set(schema))
+    if unknown:
+        path = f"{prefix}.{unknown[0]}" if prefix else str(unknown[0])
+        raise _err(source, path, f"unknown field; known fields here: {', '.join(sorted(schema))}")
+    out: dict[str, Any] = {}
+    for name, spec in schema.items():
+        path = f"{prefix}.{name}" if prefix else name
+        value = given.get(name)
+        if isinstance(spec, dict):
+            out[name] = _walk(spec, {} if value is None else value, path, source)
+            continue
+        kind, default = spec
+        zero = path in _ZERO_DEFAULTED and (value in ("", 0, 0.0) or (kind == "duration" and _is_zero(value)))
+        if value is None or zero:
+            out[name] = copy.deepcopy(default)
+        else:
+            out[name] = _leaf(kind, value, path, source)
+    return out
+
+
+def _is_zero(value: Any) -> bool:
+    try:
+        return isinstance(value, str) and parse_duration(value) == 0
+    except ConfigError:
+        return False
+
+
+def _append_port(address: str, port: int) -> str:
+    if address.startswith("[") and "]:" in address:
+        return address
+    if address.count(":") == 1:
+        return address
+    if ":" in address:  # a bare IPv6 address
+        return f"[{address}]:{port}"
+    return f"{address}:{port}"
+
+
+def _validate_ip(value: str, path: str, source: str) -> None:
+    host = value
+    if value.startswith("["):
+        host = value[1:value.find("]")]
+    elif value.count(":") == 1:
+        host = value.partition(":")[0]
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise _err(source, path, f"expected an IP address (with an optional port), got {value!r}") from None
+
+
+def parse_configuration(raw: Any, *, source: str = "") -> KubeProxyConfiguration:
+    """Validate a decoded KubeProxyConfiguration document and apply kube-proxy's defaults.
+
+    Raises:
+        ConfigError: wrong ``apiVersion``/``kind``, an unknown field, a value of the wrong type or
+            out of range; the message names ``source`` and the field's path.
+    """
+    if isinstance(raw, Mapping):
+        if raw.get("kind") != KIND:
+            raise _err(source, "kind", f"expected {KIND!r}, got {raw.get('kind')!r}")
+        if raw.get("apiVersion") != API_VERSION:
+            raise _err(source, "apiVersion", f"expected {API_VERSION!r}, got {raw.get('apiVersion')!r}")
+    doc = _walk(_SCHEMA, raw, "", source)
+    _validate_ip(doc["bindAddress"], "bindAddress", source)
+    v6 = ipaddress.ip_address(doc["bindAddress"].strip("[]")).version == 6
+    for name, port, v4_default, v6_default in (("healthzBindAddress", 10256, "0.0.0.0", "[::]"),
+                                               ("metricsBindAddress", 10249, "127.0.0.1", "[::1]")):
+        doc[name] = (f"{v6_default if v6 else v4_default}:{port}" if not doc[name]
+                     else _append_port(doc[name], port))
+        _validate_ip(doc[name], name, source)
+    if doc["mode"] not in MODES:
+        raise _err(source, "mode", f"unknown proxy mode {doc['mode']!r}; expected one of {list(MODES)[1:]}")
+    for table in ("iptables", "nftables"):
+        if not 0 <= doc[table]["masqueradeBit"] <= 31:
+            raise _err(source, f"{table}.masqueradeBit",
+                       f"must be in 0..31, got {doc[table]['masqueradeBit']}")
+    if not -1000 <= doc["oomScoreAdj"] <= 1000:
+        raise _err(source, "oomScoreAdj", f"must be in -1000..1000, got {doc['oomScoreAdj']}")
+    for path in ("conntrack.maxPerCore", "conntrack.min"):
+        group, field = path.split(".")
+        if doc[group][field] < 0:
+            raise _err(source, path, f"must be >= 0, got {doc[group][field]}")
+    for cidr in doc["nodePortAddresses"]:
+        if cidr not in ("primary", "localhost", "all"):
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                raise _err(source, "nodePortAddresses",
+                           f"expected CIDRs or primary/localhost/all, got {cidr!r}") from None
+    mode_table = {"ipvs": "ipvs", "nftables": "nftables"}.get(doc["mode"], "iptables")
+    sync_s = parse_duration(doc[mode_table]["syncPeriod"])
+    min_s = parse_duration(doc[mode_table]["minSyncPeriod"])
+    if min_s > sync_s:
+        raise _err(source, f"{mode_table}.minSyncPeriod",
+                   f"({doc[mode_table]['minSyncPeriod']}) must be <= {mode_table}.syncPeriod "
+                   f"({doc[mode_table]['syncPeriod']})")
+    return KubeProxyConfiguration(
+        document=_freeze(doc), source=source, hostname_override=doc["hostnameOverride"],
+        bind_address=doc["bindAddress"], healthz_bind_address=doc["healthzBindAddress"],
+        metrics_bind_address=doc["metricsBindAddress"], mode=doc["mode"], cluster_cidr=doc["clusterCIDR"],
+        kubeconfig=doc["clientConnection"]["kubeconfig"], node_port_addresses=tuple(doc["nodePortAddresses"]),
+        sync_period_s=sync_s, min_sync_period_s=min_s,
+        config_sync_period_s=parse_duration(doc["configSyncPeriod"]))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, dict):
+        return MappingProxyType({k: _freeze(v) for k, v in value.items()})
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thaw(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+def default_configuration() -> KubeProxyConfiguration:
+    """kube-proxy's defaults, as an empty configuration file gives them."""
+    return parse_configuration({"apiVersion": API_VERSION, "kind": KIND})
+
+
+def dump_configuration(config: KubeProxyConfiguration) -> str:
+    """The whole defaulted configuration as YAML (it reads back to an equal configuration)."""
+    return yaml.safe_dump(_thaw(config.document), sort_keys=False)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A SafeLoader that refuses duplicate keys, as kube-proxy's strict decoding does."""
+
+
+def _no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate field {key!r}",
+                                                    key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _no_duplicates)
+
+
+def load_configuration(path: str | os.PathLike[str]) -> KubeProxyConfiguration:
+    """Read ``--config FILE`` (YAML or JSON).
+
+    Raises:
+        ConfigError: the file cannot be read or parsed, or the configuration is invalid (the
+            message names the file and the field).
+    """
+    where = os.fspath(path)
+    try:
+        text = Path(where).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"--config {where}: cannot read: {err}") from err
+    try:
+        raw = json.loads(text) if where.endswith(".json") else yaml.load(text, Loader=_StrictLoader)
+    except (yaml.YAMLError, json.JSONDecodeError) as err:
+        detail = " ".join(str(err).split())
+        raise ConfigError(f"--config {where}: not valid YAML/JSON: {detail}") from err
+    return parse_configuration(raw, source=f"--config {where}")

@@ -1,0 +1,284 @@
+"""The ``kube`` source: Services and EndpointSlices of a live API server, through kubernetes-asyncio.
+
+Two reflectors (:mod:`kproxy.sources._kube_reflector`) list and watch Services (``v1``) and
+EndpointSlices (``discovery.k8s.io/v1``) in every namespace with kube-proxy's label selector
+(:func:`~kproxy.sources._kube_protocol.label_selector`); the source calls ``synced()`` once both
+have emitted their first list, as kube-proxy waits for both informers' ``HasSynced``.
+
+Where the client comes from follows kube-proxy (``cmd/kube-proxy/app/server.go``,
+``createClient``): ``--kubeconfig`` (with ``--master`` overriding its server), else ``--master``
+alone, else the in-cluster configuration (the pod's service account). See
+:func:`api_client_factory`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from kproxy.errors import ConfigError, InvalidArgument, SourceError
+from kproxy.sources._kube_protocol import Backoff, label_selector
+from kproxy.sources._kube_reflector import Reflector, ReflectorOptions, ReflectorStatus
+from kproxy.sources.base import Emit, Synced
+from kproxy.sync.clock import Clock, MonotonicClock
+
+__all__ = [
+    "LABEL_ZONE",
+    "TO_BE_DELETED_TAINT",
+    "ApiClientFactory",
+    "KubeSource",
+    "KubeSourceOptions",
+    "NodeInfo",
+    "ReflectorStatus",
+    "api_client_factory",
+    "default_hostname",
+    "node_info_from",
+    "read_node_info",
+]
+
+_log = structlog.get_logger("kproxy.sources.kube")
+
+#: The node label carrying its zone, read for topology hints.
+LABEL_ZONE = "topology.kubernetes.io/zone"
+#: The taint the Cluster Autoscaler puts on a node it is about to delete; kube-proxy then
+#: reports ``nodeEligible: false`` (``pkg/proxy/healthcheck/proxy_health.go``).
+TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
+
+#: ``await factory()`` returns a kubernetes-asyncio ``ApiClient`` the source closes when done.
+ApiClientFactory = Callable[[], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KubeSourceOptions:
+    """How the kube source talks to the API server.
+
+    Attributes:
+        service_proxy_name: select Services labelled ``service.kubernetes.io/service-proxy-name``
+            with this value instead of those without the label (None, as kube-proxy).
+        watch_timeout_s: minimum server-side watch timeout, seconds (client-go: 300).
+        stall_grace_s: how much longer than its timeout a silent watch may last, seconds.
+        list_timeout_s: how long a list or a watch's connection may take, seconds.
+        backoff: retry delays after a failure (client-go's: 0.8 s doubling to 30 s, jitter 1).
+    """
+
+    service_proxy_name: str | None = None
+    watch_timeout_s: float = 300.0
+    stall_grace_s: float = 30.0
+    list_timeout_s: float = 60.0
+    backoff: Backoff = field(default_factory=Backoff)
+
+    def __post_init__(self) -> None:
+        for name in ("watch_timeout_s", "stall_grace_s", "list_timeout_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InvalidArgument(f"KubeSourceOptions.{name} must be > 0 seconds, got {name}={value!r}")
+
+
+class KubeSource:
+    """A Source following a cluster's Services and EndpointSlices (list + watch).
+
+    Args:
+        client_factory: creates the kubernetes-asyncio ``ApiClient`` when :meth:`run` starts
+            (see :func:`api_client_factory`); the source closes it when it stops.
+        options: selector and timing.
+        clock: time source for the stall watchdog and backoff (default monotonic).
+        rng: jitter source (default ``random.Random()``).
+    """
+
+    def __init__(self, client_factory: ApiClientFactory, *, options: KubeSourceOptions | None = None,
+                 clock: Clock | None = None, rng: random.Random | None = None) -> None:
+        if not callable(client_factory):
+            raise InvalidArgument(f"client_factory must be callable, got {client_factory!r}")
+        self._factory = client_factory
+        self._opts = options or KubeSourceOptions()
+        self._clock: Clock = clock or MonotonicClock()
+        self._rng = rng or random.Random()
+        self._reflectors: list[Reflector] = []
+
+    @property
+    def options(self) -> KubeSourceOptions:
+        """The options given."""
+        return self._opts
+
+    def status(self) -> tuple[ReflectorStatus, ...]:
+        """One :class:`ReflectorStatus` per reflector (empty before :meth:`run`)."""
+        return tuple(r.status() for r in self._reflectors)
+
+    def last_activity_age(self) -> dict[str, float]:
+        """``{kind: seconds since its reflector last heard from the API}``."""
+        now = self._clock.now()
+        return {s.kind: now - s.last_activity for s in self.status()}
+
+    async def run(self, emit: Emit, synced: Synced) -> None:
+        """List, call ``synced()`` once both kinds are listed, then watch until cancelled.
+
+        Raises:
+            ConfigError: the client configuration cannot be loaded.
+        """
+        api = await self._factory()
+        try:
+            listed: set[str] = set()
+
+            def on_listed(kind: str) -> None:
+                if len(listed) < 2:
+                    listed.add(kind)
+                    if len(listed) == 2:
+                        synced()
+
+            selector = label_selector(self._opts.service_proxy_name)
+            ropts = ReflectorOptions(watch_timeout_s=self._opts.watch_timeout_s,
+                                     stall_grace_s=self._opts.stall_grace_s,
+                                     list_timeout_s=self._opts.list_timeout_s, backoff=self._opts.backoff)
+            core, discovery = k8s_client.CoreV1Api(api), k8s_client.DiscoveryV1Api(api)
+            self._reflectors = [
+                Reflector(kind="Service", api_version="v1", call=core.list_service_for_all_namespaces,
+                          selector=selector, emit=emit, on_listed=on_listed, options=ropts,
+                          clock=self._clock, rng=self._rng),
+                Reflector(kind="EndpointSlice", api_version="discovery.k8s.io/v1",
+                          call=discovery.list_endpoint_slice_for_all_namespaces, selector=selector,
+                          emit=emit, on_listed=on_listed, options=ropts, clock=self._clock, rng=self._rng),
+            ]
+            _log.info("watching the API server", host=getattr(api.configuration, "host", "?"),
+                      label_selector=selector)
+            async with asyncio.TaskGroup() as tg:
+                for reflector in self._reflectors:
+                    tg.create_task(reflector.run(), name=f"kube-{reflector.kind}")
+        finally:
+            await api.close()
+
+
+# -- the client configuration ------------------------------------------------------------------
+
+
+def api_client_factory(
+    *, kubeconfig: str | os.PathLike[str] | None = None, master: str | None = None,
+    context: str | None = None,
+) -> ApiClientFactory:
+    """A factory for the ``ApiClient`` kube-proxy's flags describe.
+
+    Args:
+        kubeconfig: a kubeconfig file (``--kubeconfig``).
+        master: the API server URL (``--master``); overrides the kubeconfig's server.
+        context: the kubeconfig context (default: its current context).
+
+    Returns:
+        ``await factory()`` -> ``ApiClient``. Without ``kubeconfig`` and ``master``, the
+        in-cluster configuration (``KUBERNETES_SERVICE_HOST`` and the service account).
+
+    The factory raises :class:`~kproxy.errors.ConfigError` when the configuration cannot be
+    loaded (a missing or invalid kubeconfig, not running in a pod).
+    """
+
+    async def factory() -> Any:
+        cfg = k8s_client.Configuration()
+        try:
+            if kubeconfig is not None:
+                await k8s_config.load_kube_config(config_file=os.fspath(kubeconfig), context=context,
+                                                  client_configuration=cfg, persist_config=False)
+            elif master is None:
+                _log.info("neither --kubeconfig nor --master given; using the in-cluster configuration")
+                k8s_config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        except (k8s_config.ConfigException, OSError, ValueError, KeyError, TypeError) as err:
+            where = f"--kubeconfig {os.fspath(kubeconfig)!r}" if kubeconfig is not None else "in-cluster"
+            raise ConfigError(f"{where}: cannot load the client configuration: {err}; pass --kubeconfig "
+                              "FILE or --master URL outside a pod") from err
+        if master is not None:
+            cfg.host = master.rstrip("/")
+        return k8s_client.ApiClient(configuration=cfg)
+
+    return factory
+
+
+def default_hostname(override: str | None = None, *, environ: Mapping[str, str] | None = None,
+                     gethostname: Callable[[], str] | None = None) -> str:
+    """This node's name, as kube-proxy derives it.
+
+    kube-proxy uses ``--hostname-override`` when given, else the host name (``nodeutil.
+    GetHostname``), trimmed and lower-cased; its DaemonSet passes ``--hostname-override=
+    $(NODE_NAME)`` from the downward API. kproxy reads ``NODE_NAME`` itself when no override
+    is given, so that the same pod spec works without the flag.
+
+    Raises:
+        ConfigError: the result is empty.
+    """
+    env = os.environ if environ is None else environ
+    if gethostname is None:
+        import socket
+
+        gethostname = socket.gethostname
+    name = (override or env.get("NODE_NAME") or gethostname()).strip().lower()
+    if not name:
+        raise ConfigError("--hostname-override: the node name is empty; pass the node's name")
+    return name
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeInfo:
+    """What kproxy reads from its own Node object.
+
+    Attributes:
+        name: the node name.
+        zone: its ``topology.kubernetes.io/zone`` label, or None.
+        eligible: not being deleted and not tainted ``ToBeDeletedByClusterAutoscaler``
+            (kube-proxy's ``nodeEligible``).
+    """
+
+    name: str
+    zone: str | None = None
+    eligible: bool = True
+
+
+def node_info_from(raw: Mapping[str, Any]) -> NodeInfo:
+    """Read :class:`NodeInfo` from a Node object as the API returns it (pure)."""
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), Mapping) else {}
+    assert isinstance(meta, Mapping)
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    assert isinstance(labels, Mapping)
+    spec = raw.get("spec") if isinstance(raw.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    taints = spec.get("taints") if isinstance(spec.get("taints"), list) else []
+    assert isinstance(taints, list)
+    tainted = any(isinstance(t, Mapping) and t.get("key") == TO_BE_DELETED_TAINT for t in taints)
+    zone = labels.get(LABEL_ZONE)
+    return NodeInfo(name=str(meta.get("name") or ""), zone=zone if isinstance(zone, str) and zone else None,
+                    eligible=not meta.get("deletionTimestamp") and not tainted)
+
+
+async def read_node_info(client_factory: ApiClientFactory, name: str, *, timeout_s: float = 10.0) -> NodeInfo:
+    """Read this node's zone and eligibility once (a ``GET /api/v1/nodes/NAME``).
+
+    Raises:
+        SourceError: the API did not answer with the Node.
+        ConfigError: the client configuration cannot be loaded.
+    """
+    api = await client_factory()
+    try:
+        resp: Any = await k8s_client.CoreV1Api(api).read_node(name, _preload_content=False,
+                                                         _request_timeout=timeout_s)
+        try:
+            body = await resp.read()
+            status = int(resp.status)
+        finally:
+            resp.release()
+        if status != 200:
+            raise SourceError(f"reading Node {name!r} answered HTTP {status}: {body[:200]!r}")
+        data = json.loads(body)
+        if not isinstance(data, Mapping):
+            raise SourceError(f"reading Node {name!r}: expected an object, got {body[:120]!r}")
+        return node_info_from(data)
+    except (OSError, TimeoutError, ValueError, aiohttp.ClientError) as err:
+        if isinstance(err, SourceError):
+            raise
+        raise SourceError(f"reading Node {name!r} failed: {err}") from err
+    finally:
+        await api.close()
