@@ -37,11 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="proxy Services for real (userspace mode)",
                          description="Watch Services and EndpointSlices and proxy their traffic.")
     src = run.add_argument_group("source")
-    src.add_argument("--manifests", nargs="+", metavar="PATH", required=True,
+    src.add_argument("--manifests", nargs="+", metavar="PATH", default=None,
                      help="YAML or JSON files or folders with Services and EndpointSlices; "
-                          "reloaded when they change")
+                          "reloaded when they change (exclusive with --kubeconfig/--master)")
+    from kproxy.config.flags import add_kube_flags
+    add_kube_flags(run, src)
     run.add_argument("--proxy-mode", default="userspace", choices=_MODES,
-                     help="the proxy mode (only userspace runs for real; default userspace)")
+                     help="the proxy mode: userspace, or iptables (see --kernel); default userspace")
     node = run.add_argument_group("node")
     node.add_argument("--hostname-override", default=None, metavar="NAME",
                       help="this node's name; endpoints with this nodeName are local "
@@ -66,12 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     us.add_argument("--drain-timeout", default="10s", metavar="D",
                     help="on SIGINT/SIGTERM, how long open connections may finish (default 10s)")
     sync = run.add_argument_group("sync")
-    sync.add_argument("--min-sync-period", default="1s", metavar="D",
-                      help="minimum time between syncs (default 1s)")
-    sync.add_argument("--sync-period", default="30s", metavar="D",
-                      help="maximum time between syncs (default 30s)")
+    sync.add_argument("--min-sync-period", default=None, metavar="D",
+                      help="minimum time between syncs (default 1s, or --config's)")
+    sync.add_argument("--sync-period", default=None, metavar="D",
+                      help="maximum time between syncs (default 30s, or --config's)")
     run.add_argument("--log-format", default="console", choices=("console", "json"))
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    run.add_argument("--kernel", default="emulated", choices=("emulated", "linux"),
+                     help="iptables mode: program an emulated node (default) or, as root, this netns")
+    from kproxy.cli import render, trace
+    render.add_parser(sub)
+    trace.add_parser(sub)
     return parser
 
 
@@ -89,12 +96,15 @@ def _families(text: str) -> tuple[IPFamily, ...]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from kproxy.config.flags import build_source, merge_config, node_facts, observability_options
     from kproxy.daemon import UserspaceOptions, serve
-    from kproxy.sources.manifests import ManifestSource
+    from kproxy.sources.kube import default_hostname
 
-    if args.proxy_mode != "userspace":
+    merge_config(args)
+
+    if args.proxy_mode not in ("userspace", "iptables"):
         raise ConfigError(
-            f"--proxy-mode {args.proxy_mode}: `kproxy run` serves traffic only in userspace mode "
+            f"--proxy-mode {args.proxy_mode}: `kproxy run` runs the userspace and iptables modes "
             "so far; the other modes are rendered and traced, not run")
     if args.bind_address is not None:
         try:
@@ -119,18 +129,24 @@ def _run(args: argparse.Namespace) -> int:
         sync_period_s=sync_period,
         drain_timeout_s=parse_duration(args.drain_timeout, flag="--drain-timeout"),
     )
-    hostname = args.hostname_override or socket.gethostname()
-    node = NodeConfig(hostname=hostname.strip().lower(), zone=args.node_zone,
+    source = build_source(args)
+    hostname = default_hostname(args.hostname_override, gethostname=socket.gethostname)
+    zone, eligible = node_facts(args, hostname)
+    node = NodeConfig(hostname=hostname, zone=zone,
                       ip_families=_families(args.ip_families),
                       service_proxy_name=args.service_proxy_name)
-    source = ManifestSource(args.manifests)
 
     async def main_async() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await serve(source, node, options, stop)
+        if args.proxy_mode == "iptables":
+            from kproxy.cli.render import iptables_run_options
+            from kproxy.kernel.serve import serve_iptables
+            await serve_iptables(source, node, iptables_run_options(args, options), stop)
+            return
+        await serve(source, node, options, stop, observability_options(args, eligible=eligible))
 
     _run_loop(main_async)
     return 0
@@ -158,6 +174,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if getattr(args, "handler", None) is not None:
+            return int(args.handler(args))
     except ConfigError as err:
         print(f"kproxy: {err}", file=sys.stderr)
         return 2

@@ -15,7 +15,7 @@ from kproxy.cli.main import main
         (["--bind-address", "not-an-ip"], "--bind-address"),
         (["--loopback-block", "127.0.0.0/33"], "--loopback-block"),
         (["--ip-families", "IPv5"], "--ip-families"),
-        (["--proxy-mode", "iptables"], "--proxy-mode"),
+        (["--proxy-mode", "nftables"], "--proxy-mode"),
     ],
 )
 def test_bad_flag_exits_2_naming_it(

@@ -1,0 +1,149 @@
+"""``kproxy render``: print what the iptables mode would load, as ``iptables-restore`` input.
+
+Also the flags ``render`` and ``trace`` share (the cluster, the node and kube-proxy's iptables
+settings) and their conversion into a Snapshot and an
+:class:`~kproxy.modes.iptables.IptablesConfig`. No logic beyond that: the renderer does the work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import socket
+import sys
+from typing import TYPE_CHECKING
+
+from kproxy.errors import ConfigError
+from kproxy.model import EndpointSlice, IPFamily, NodeConfig, Service, Snapshot, build_snapshot
+from kproxy.modes.iptables import IptablesConfig, render_full
+
+if TYPE_CHECKING:
+    from kproxy.daemon import UserspaceOptions
+    from kproxy.kernel.serve import IptablesRunOptions
+
+__all__ = [
+    "add_cluster_flags", "add_parser", "config_from_args", "family_of_args", "iptables_run_options", "run",
+    "snapshot_from_args",
+]
+
+
+def add_cluster_flags(parser: argparse.ArgumentParser, *, manifests_required: bool) -> None:
+    """The flags describing the cluster, the node and the iptables settings."""
+    parser.add_argument("--manifests", nargs="+", metavar="PATH", required=manifests_required,
+                        help="YAML or JSON files or folders with Services and EndpointSlices")
+    parser.add_argument("--proxy-mode", default="iptables", choices=("iptables",),
+                        help="the proxy mode rendered (iptables)")
+    node = parser.add_argument_group("node")
+    node.add_argument("--hostname-override", default=None, metavar="NAME",
+                      help="this node's name; endpoints with this nodeName are local (default: host name)")
+    node.add_argument("--node-ip", action="append", default=[], metavar="IP",
+                      help="a node IP (repeat for several); the first of a family is its primary IP")
+    node.add_argument("--ip-family", default=None, choices=("IPv4", "IPv6"),
+                      help="the family rendered (default: that of the first --node-ip, else IPv4)")
+    ipt = parser.add_argument_group("iptables")
+    ipt.add_argument("--cluster-cidr", default=None, metavar="CIDR[,CIDR]",
+                     help="pod CIDRs: traffic from outside them to a ClusterIP is masqueraded")
+    ipt.add_argument("--masquerade-all", action="store_true",
+                     help="masquerade all traffic to ClusterIPs")
+    ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
+                     help="addresses NodePorts answer on (default: every local address)")
+    ipt.add_argument("--iptables-masquerade-bit", type=int, default=14, metavar="BIT",
+                     help="the fwmark bit marking packets for SNAT (default 14: 0x00004000)")
+
+
+def _csv(text: str | None) -> tuple[str, ...]:
+    return tuple(p.strip() for p in text.split(",") if p.strip()) if text else ()
+
+
+def config_from_args(args: argparse.Namespace, family: IPFamily) -> IptablesConfig:
+    """The iptables settings the flags describe, for ``family``.
+
+    Raises:
+        ConfigError: a malformed IP or CIDR (the message names the flag).
+    """
+    for ip in args.node_ip:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise ConfigError(f"--node-ip: expected an IP address, got {ip!r}") from None
+    return IptablesConfig(
+        family=family,
+        node_ips=tuple(args.node_ip),
+        cluster_cidr=_csv(args.cluster_cidr),
+        masquerade_all=bool(args.masquerade_all),
+        masquerade_bit=args.iptables_masquerade_bit,
+        nodeport_addresses=_csv(args.nodeport_addresses),
+    )
+
+
+def family_of_args(args: argparse.Namespace) -> IPFamily:
+    """``--ip-family``, else the family of the first ``--node-ip``, else IPv4."""
+    if args.ip_family:
+        return IPFamily(args.ip_family)
+    if args.node_ip and ":" in args.node_ip[0]:
+        return IPFamily.IPv6
+    return IPFamily.IPv4
+
+
+def snapshot_from_args(args: argparse.Namespace) -> Snapshot:
+    """Read ``--manifests`` once and build this node's Snapshot; problems are warnings on stderr.
+
+    Raises:
+        SourceError: a path does not exist.
+    """
+    from kproxy.sources.manifests import load_manifests
+
+    objects, problems = load_manifests(args.manifests)
+    for problem in problems:
+        print(f"kproxy: warning: {problem}", file=sys.stderr)
+    hostname = (args.hostname_override or socket.gethostname()).strip().lower()
+    services = [o for o in objects if isinstance(o, Service)]
+    slices = [o for o in objects if isinstance(o, EndpointSlice)]
+    return build_snapshot(services, slices, NodeConfig(hostname=hostname))
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``render`` on the ``kproxy`` subparsers."""
+    parser = sub.add_parser(
+        "render", help="print the rules a proxy mode would load",
+        description="Print the iptables-restore input kube-proxy's iptables mode would load for "
+                    "these manifests on this node (a full sync; load it with "
+                    "iptables-restore --noflush, after the jump rules).")
+    add_cluster_flags(parser, manifests_required=True)
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``kproxy render``: write the restore input to stdout; exit status 0.
+
+    Raises:
+        ConfigError: a bad flag value.
+        SourceError: a manifest path does not exist.
+    """
+    family = family_of_args(args)
+    config = config_from_args(args, family)
+    sys.stdout.write(render_full(snapshot_from_args(args), config))
+    return 0
+
+
+def iptables_run_options(args: argparse.Namespace, options: UserspaceOptions) -> IptablesRunOptions:
+    """``kproxy run --proxy-mode iptables``'s settings from its flags and the userspace options.
+
+    The iptables flags (``--node-ip``, ``--cluster-cidr``, ``--masquerade-all``,
+    ``--nodeport-addresses``, ``--iptables-masquerade-bit``) are read when ``run`` has them.
+
+    Raises:
+        ConfigError: a bad value.
+    """
+    from kproxy.kernel.serve import IptablesRunOptions
+
+    config = IptablesConfig(
+        node_ips=tuple(getattr(args, "node_ip", None) or ()),
+        cluster_cidr=_csv(getattr(args, "cluster_cidr", None)),
+        masquerade_all=bool(getattr(args, "masquerade_all", False)),
+        masquerade_bit=getattr(args, "iptables_masquerade_bit", None) or 14,
+        nodeport_addresses=_csv(getattr(args, "nodeport_addresses", None)),
+    )
+    return IptablesRunOptions(config=config, kernel=args.kernel,
+                              min_sync_period_s=options.min_sync_period_s,
+                              sync_period_s=options.sync_period_s)

@@ -1,0 +1,115 @@
+"""``kproxy trace``: where does this packet go on this node, and why?
+
+The node's rules come either from manifests (rendered as ``kproxy render`` would, loaded into an
+emulated node with kube-proxy's jump rules) or from ``--iptables-save FILE``, a real node's dump
+as ``iptables-save`` or ``iptables-save -c`` prints it, other components' rules included (read
+leniently: a match the emulator does not model is reported as unknown, never silently taken).
+The work is in :mod:`kproxy.kernel.trace`; this module only wires flags to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import sys
+from pathlib import Path
+
+from emulation import ManualClock
+from emulation.errors import NetfilterError
+from emulation.netfilter import Netns, Ruleset, load
+from kproxy.cli.render import add_cluster_flags, config_from_args, snapshot_from_args
+from kproxy.errors import ConfigError, KernelError
+from kproxy.kernel.emulated import EmulatedKernel
+from kproxy.kernel.trace import (
+    TraceResult,
+    format_trace,
+    make_packet,
+    parse_host_port,
+    trace_node,
+    trace_packet,
+)
+from kproxy.model import IPFamily
+from kproxy.modes.iptables import IptablesRenderer, nfacct_counters
+
+__all__ = ["add_parser", "run", "trace_from_args"]
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Register ``trace`` on the ``kproxy`` subparsers."""
+    parser = sub.add_parser(
+        "trace", help="follow one packet through the node's rules",
+        description="Follow one packet through the rules kproxy would program (--manifests) or a "
+                    "node's iptables-save dump (--iptables-save), and print the verdict, the "
+                    "endpoints it may reach with their probabilities, whether it is masqueraded, "
+                    "and every rule it matched.")
+    add_cluster_flags(parser, manifests_required=False)
+    parser.add_argument("--iptables-save", default=None, metavar="FILE",
+                        help="a node's iptables-save (or iptables-save -c) output, instead of --manifests")
+    pkt = parser.add_argument_group("packet")
+    pkt.add_argument("--src", required=True, metavar="IP[:PORT]",
+                     help="source; a --node-ip or loopback source is generated on the node (OUTPUT)")
+    pkt.add_argument("--dst", required=True, metavar="IP:PORT", help="destination")
+    pkt.add_argument("--proto", default="tcp", choices=("tcp", "udp", "sctp"), help="protocol (default tcp)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON (see README)")
+    parser.set_defaults(handler=run)
+
+
+def _netns_from_dump(path: str, version: int, node_ips: list[str]) -> Netns:
+    try:
+        text = Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"--iptables-save: cannot read {path!r}: {err.strerror or err}") from None
+    try:
+        ruleset = load(text, version=version, strict=False)
+    except NetfilterError as err:
+        raise ConfigError(f"--iptables-save {path}: {err}") from None
+    return Netns(trace_node(node_ips), ManualClock(), ruleset=ruleset)
+
+
+def _netns_from_manifests(args: argparse.Namespace, family: IPFamily) -> Netns:
+    config = config_from_args(args, family)
+    result = IptablesRenderer(config).render(snapshot_from_args(args))
+    netns = Netns(trace_node(config.node_ips), ManualClock(),
+                  ruleset=Ruleset(6 if family is IPFamily.IPv6 else 4))
+    EmulatedKernel(netns, family).load(result, nfacct=nfacct_counters(config))
+    return netns
+
+
+def trace_from_args(args: argparse.Namespace) -> TraceResult:
+    """Build the node the flags describe and trace the packet through it.
+
+    Raises:
+        ConfigError: bad flags, neither or both of ``--manifests`` and ``--iptables-save``, an
+            unreadable dump.
+        KernelError: the rendered rules do not load (a bug: please report it).
+        SourceError: a manifest path does not exist.
+    """
+    if bool(args.manifests) == bool(args.iptables_save):
+        raise ConfigError("give either --manifests PATH... or --iptables-save FILE (exactly one)")
+    dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
+    family = IPFamily.IPv6 if ipaddress.ip_address(dst_ip).version == 6 else IPFamily.IPv4
+    packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
+    if args.iptables_save:
+        netns = _netns_from_dump(args.iptables_save, packet.version, list(args.node_ip))
+        return trace_packet(netns, packet)
+    netns = _netns_from_manifests(args, family)
+    return trace_packet(netns, packet, zero_builtin_lines=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``kproxy trace``: print the result (text, or JSON with ``--json``); exit status 0.
+
+    Raises:
+        ConfigError: see :func:`trace_from_args`.
+        KernelError: see :func:`trace_from_args`.
+    """
+    try:
+        result = trace_from_args(args)
+    except KernelError as err:
+        raise KernelError(f"the rendered rules did not load into the emulated node: {err}") from err
+    if args.json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+    else:
+        sys.stdout.write(format_trace(result))
+    return 0

@@ -1,0 +1,302 @@
+"""Where one packet goes through an emulated node, summarised for a person or as stable JSON.
+
+Theory of operation: :func:`trace_node` models the node ``kproxy trace`` talks about: one
+interface ``eth0`` carrying the node IPs (plus a placeholder address per family when none is
+given, so MASQUERADE has an address to pick) and default routes out of it, ``lo``, and
+``route_localnet`` on (kube-proxy sets it for localhost NodePorts). :func:`trace_packet` builds
+the packet (a source that is a node IP or loopback is generated on the node and enters through
+OUTPUT; any other arrives on ``eth0`` and enters through PREROUTING), enumerates every outcome
+with its probability (:meth:`emulation.netfilter.Netns.enumerate`, tracing on, no state
+changed) and folds them into one :class:`TraceResult`:
+
+- ``verdict``: the verdict of the outcomes, or the most probable one when they differ;
+- ``endpoints``: the translated destinations of the accepted, DNATed outcomes with their
+  summed probabilities, sorted by address (empty when nothing was translated);
+- ``masquerade``: some accepted outcome was masqueraded;
+- ``trace``: the rules the packet matched (plus unknown matches and deciding policies), the
+  paths of every outcome merged in walking order, each once.
+
+The JSON form (:meth:`TraceResult.to_json`) is the contract of ``kproxy trace --json``.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from emulation import Interface, Node, Packet, Route
+from emulation.netfilter import Netns, Outcome, TraceStep
+from emulation.netfilter.rules import BUILTIN_CHAINS
+from kproxy.errors import ConfigError
+
+__all__ = [
+    "EXTERNAL_INTERFACE",
+    "PLACEHOLDER_IPS",
+    "TraceEndpoint",
+    "TraceLine",
+    "TraceResult",
+    "format_trace",
+    "make_packet",
+    "parse_host_port",
+    "trace_node",
+    "trace_packet",
+]
+
+#: The interface packets from outside arrive on, and forwarded packets leave by.
+EXTERNAL_INTERFACE = "eth0"
+#: Addresses given to ``eth0`` for a family without node IPs (TEST-NET, never a real node).
+PLACEHOLDER_IPS = {4: "192.0.2.1", 6: "2001:db8:ffff::1"}
+_DEFAULT_SPORT = 40000
+_VERDICT_ORDER = ("ACCEPT", "DROP", "REJECT")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceEndpoint:
+    """A destination the packet may be translated to: ``address`` (``ip:port``, ``[ip6]:port``)
+    and its ``probability`` (0..1)."""
+
+    address: str
+    probability: float
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceLine:
+    """One rule the packet met.
+
+    Attributes:
+        hook: the netfilter hook (PREROUTING, INPUT, FORWARD, OUTPUT, POSTROUTING).
+        table, chain: where the rule lives.
+        rule: the rule as ``iptables-save`` prints it, or ``:CHAIN POLICY`` for a policy.
+        line: its line in the input (the restore text or the dump), 0 when it has none (a
+            policy, or a jump rule kube-proxy installs with ``iptables -I``).
+        result: ``match``, ``unknown`` (a match the emulator does not model) or ``policy``.
+        target: what it did (the jump target, verdict, or ``""``).
+    """
+
+    hook: str
+    table: str
+    chain: str
+    rule: str
+    line: int
+    result: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TraceResult:
+    """Everything :func:`trace_packet` found (see the module docstring).
+
+    Attributes:
+        packet: the packet sent.
+        verdict: ``ACCEPT``, ``DROP`` or ``REJECT``.
+        endpoints: translated destinations with probabilities, sorted by address.
+        masquerade: an accepted outcome was masqueraded.
+        trace: the merged path.
+        outcomes: every ``(probability, Outcome)`` the emulator found.
+    """
+
+    packet: Packet
+    verdict: str
+    endpoints: tuple[TraceEndpoint, ...]
+    masquerade: bool
+    trace: tuple[TraceLine, ...]
+    outcomes: tuple[tuple[float, Outcome], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"verdict", "endpoints": [{"address", "probability"}], "masquerade", "trace":
+        [{"table", "chain", "rule", "line"}]}``."""
+        return {
+            "verdict": self.verdict,
+            "endpoints": [{"address": e.address, "probability": e.probability} for e in self.endpoints],
+            "masquerade": self.masquerade,
+            "trace": [{"table": t.table, "chain": t.chain, "rule": t.rule, "line": t.line}
+                      for t in self.trace],
+        }
+
+
+def parse_host_port(text: str, *, flag: str, need_port: bool) -> tuple[str, int | None]:
+    """Parse ``IP``, ``IP:PORT``, ``[IP6]:PORT`` or a bare IPv6 address.
+
+    Raises:
+        ConfigError: not an address (naming ``flag``), or no port where one is needed.
+    """
+    host, port = text.strip(), None
+    if host.startswith("["):
+        inner, sep, rest = host[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise ConfigError(f"{flag}: expected [IPv6]:PORT, got {text!r}")
+        host, port_text = inner, rest[1:] if rest else None
+    elif host.count(":") == 1:
+        host, port_text = host.split(":")
+    else:
+        port_text = None
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise ConfigError(f"{flag}: expected IP[:PORT] (IPv6 as [IP]:PORT), got {text!r}") from None
+    if port_text is not None:
+        if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
+            raise ConfigError(f"{flag}: port must be 1..65535, got {port_text!r} in {text!r}")
+        port = int(port_text)
+    if need_port and port is None:
+        raise ConfigError(f"{flag}: a port is needed, e.g. 10.96.0.10:80, got {text!r}")
+    return str(ip), port
+
+
+def trace_node(node_ips: Sequence[str], *, route_localnet: bool = True) -> Node:
+    """The node model described in the module docstring.
+
+    Raises:
+        ConfigError: a node IP is not an IP address.
+    """
+    addresses: list[str] = []
+    versions = set()
+    for ip in node_ips:
+        try:
+            parsed = ipaddress.ip_address(ip)
+        except ValueError:
+            raise ConfigError(f"--node-ip: expected an IP address, got {ip!r}") from None
+        if parsed.is_loopback:
+            continue
+        versions.add(parsed.version)
+        addresses.append(f"{parsed}/{parsed.max_prefixlen}")
+    for version, ip in PLACEHOLDER_IPS.items():
+        if version not in versions:
+            addresses.append(f"{ip}/{32 if version == 4 else 128}")
+    return Node(
+        interfaces=(Interface(name=EXTERNAL_INTERFACE, addresses=tuple(addresses)),),
+        routes=(Route(destination="default", device=EXTERNAL_INTERFACE),
+                Route(destination="default", device=EXTERNAL_INTERFACE, version=6)),
+        route_localnet=route_localnet,
+    )
+
+
+def make_packet(src: str, dst: str, proto: str, node_ips: Sequence[str]) -> Packet:
+    """The packet for ``--src IP[:PORT] --dst IP:PORT --proto P`` (see the module docstring).
+
+    Raises:
+        ConfigError: a malformed address, mixed families, or an unknown protocol.
+    """
+    if proto not in ("tcp", "udp", "sctp"):
+        raise ConfigError(f"--proto: expected tcp, udp or sctp, got {proto!r}")
+    s_ip, s_port = parse_host_port(src, flag="--src", need_port=False)
+    d_ip, d_port = parse_host_port(dst, flag="--dst", need_port=True)
+    s_addr, d_addr = ipaddress.ip_address(s_ip), ipaddress.ip_address(d_ip)
+    if s_addr.version != d_addr.version:
+        raise ConfigError(f"--src {src} and --dst {dst} are of different IP families")
+    local = s_addr.is_loopback or any(_same(s_ip, ip) for ip in node_ips)
+    return Packet(src=s_ip, dst=d_ip, sport=s_port or _DEFAULT_SPORT, dport=d_port or 0,
+                  protocol=proto,  # type: ignore[arg-type]
+                  in_interface=None if local else EXTERNAL_INTERFACE)
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return ipaddress.ip_address(a) == ipaddress.ip_address(b)
+    except ValueError:
+        return False
+
+
+def _steps(outcome: Outcome, zero_builtin_lines: bool) -> list[TraceLine]:
+    out = []
+    for s in outcome.trace:
+        if s.result == "nomatch":
+            continue
+        out.append(_line(s, zero_builtin_lines))
+    return out
+
+
+def _line(s: TraceStep, zero_builtin_lines: bool) -> TraceLine:
+    line = s.line
+    if zero_builtin_lines and s.chain in BUILTIN_CHAINS.get(s.table, ()):
+        line = 0
+    return TraceLine(hook=s.hook, table=s.table, chain=s.chain, rule=s.rule, line=line,
+                     result=s.result, target=s.target)
+
+
+def _merge(paths: list[list[TraceLine]]) -> list[TraceLine]:
+    """Merge paths in walking order: a step not seen yet goes just before the next step of its
+    own path that is already merged (so a branch's steps stay together), else at the end."""
+    merged: list[tuple[TraceLine, int]] = []
+    for path in paths:
+        counts: dict[TraceLine, int] = {}
+        keys = []
+        for step in path:
+            counts[step] = counts.get(step, 0) + 1
+            keys.append((step, counts[step]))
+        known = set(merged)
+        for i, key in enumerate(keys):
+            if key in known:
+                continue
+            anchor = next((k for k in keys[i + 1:] if k in known), None)
+            merged.insert(merged.index(anchor) if anchor is not None else len(merged), key)
+    return [step for step, _ in merged]
+
+
+def trace_packet(netns: Netns, packet: Packet, *, zero_builtin_lines: bool = False) -> TraceResult:
+    """Enumerate ``packet``'s outcomes in ``netns`` and summarise them (module docstring).
+
+    Args:
+        netns: the emulated node (not changed).
+        packet: what to send.
+        zero_builtin_lines: report line 0 for rules of built-in chains (when they were
+            installed outside the restore text the lines refer to, as kube-proxy's jumps are).
+    """
+    outcomes = sorted(netns.enumerate(packet, trace=True), key=lambda po: (-po[0], po[1].destination))
+    weight = dict.fromkeys(_VERDICT_ORDER, 0.0)
+    for p, o in outcomes:
+        weight[o.verdict] = weight.get(o.verdict, 0.0) + p
+    verdict = max(weight, key=weight.__getitem__)  # ties: the first in _VERDICT_ORDER
+    endpoints: dict[str, float] = {}
+    for p, o in outcomes:
+        if o.verdict == "ACCEPT" and o.dnat:
+            endpoints[o.destination] = endpoints.get(o.destination, 0.0) + p
+    return TraceResult(
+        packet=packet,
+        verdict=verdict,
+        endpoints=tuple(TraceEndpoint(address=a, probability=round(p, 12))
+                        for a, p in sorted(endpoints.items())),
+        masquerade=any(o.masquerade for _, o in outcomes if o.verdict == "ACCEPT"),
+        trace=tuple(_merge([_steps(o, zero_builtin_lines) for _, o in outcomes])),
+        outcomes=tuple(outcomes),
+    )
+
+
+def format_trace(result: TraceResult) -> str:
+    """A report for a person debugging a node: the packet, the verdict, where it may go, each
+    outcome, and the rules it matched in order."""
+    p = result.packet
+    where = (f"arriving on {p.in_interface} (PREROUTING)" if p.in_interface
+             else "generated on the node (OUTPUT)")
+    out = [f"packet: {p.protocol} {_hp(p.src, p.sport)} -> {_hp(p.dst, p.dport)}, {where}",
+           f"verdict: {result.verdict}",
+           f"masquerade: {'yes' if result.masquerade else 'no'}"]
+    if result.endpoints:
+        out.append("endpoints:")
+        out += [f"  {e.address:<28} probability {e.probability:.10f}" for e in result.endpoints]
+    else:
+        out.append("endpoints: none (the destination was not translated)")
+    out.append(f"outcomes ({len(result.outcomes)}):")
+    for prob, o in result.outcomes:
+        nat = []
+        if o.dnat:
+            nat.append(f"DNAT to {o.destination}")
+        if o.masquerade:
+            nat.append(f"masqueraded to {o.packet.src}")
+        elif o.snat:
+            nat.append(f"SNAT to {o.packet.src}")
+        extra = f" [{', '.join(nat)}]" if nat else ""
+        flag = "  (uncertain: a match or target the emulator does not model was met)" if o.uncertain else ""
+        out.append(f"  p={prob:.10f} {o.verdict:<6} {o.reason}{extra}{flag}")
+    out.append("rules matched (hook, table, chain, input line):")
+    for t in result.trace:
+        line = f"line {t.line}" if t.line else "-"
+        label = {"match": "", "policy": "policy ", "unknown": "UNKNOWN "}.get(t.result, t.result + " ")
+        out.append(f"  {t.hook:<11} {t.table:<6} {t.chain:<26} {line:<10} {label}{t.rule}")
+    return "\n".join(out) + "\n"
+
+
+def _hp(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"

@@ -1,0 +1,156 @@
+"""The iptables mode as a sync-engine consumer: render, apply, remember, as kube-proxy's sync loop.
+
+Theory of operation
+-------------------
+:class:`IptablesMode` is what :class:`~kproxy.sync.engine.SyncEngine` calls with each Snapshot
+(``await mode.apply(snapshot)``). It follows kube-proxy's ``syncProxyRules``
+(pkg/proxy/iptables/proxier.go):
+
+1. Decide full or partial. A sync is full at start, after any failure, when asked
+   (:meth:`IptablesMode.request_full`: node labels changed, rules flushed behind our back), and
+   when the last full sync is older than ``full_sync_period_s`` (kube-proxy's
+   ``doFullSync := needFullSync || time.Since(lastFullSync) > proxyutil.FullSyncPeriod``, one
+   hour since kubernetes PR 129329; kube-proxy skips the periodic one in large-cluster mode since
+   PR 138571, and so does this). Otherwise it is partial (KEP-3453).
+2. On a full sync read the nat chains the kernel holds (``iptables-save -t nat``) so that stale
+   service chains left by an earlier run are deleted.
+3. Render with :class:`~kproxy.modes.iptables.IptablesRenderer` and apply with the applier
+   (which, on a full result, creates the nfacct objects and ensures the jump rules).
+4. On success :meth:`~kproxy.modes.iptables.IptablesRenderer.commit`; on
+   :class:`~kproxy.errors.KernelError` :meth:`~kproxy.modes.iptables.IptablesRenderer.failed` (so
+   the next sync is full, as kube-proxy's ``needFullSync = true``) and re-raise, so the engine
+   retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+
+from kproxy.errors import InvalidArgument, KernelError
+from kproxy.kernel.base import IptablesApplier
+from kproxy.model.snapshot import Snapshot
+from kproxy.modes.iptables.config import IptablesConfig
+from kproxy.modes.iptables.renderer import IptablesRenderer
+from kproxy.modes.iptables.static import nfacct_counters
+from kproxy.modes.iptables.writer import RenderResult
+
+__all__ = ["FULL_SYNC_PERIOD_S", "IptablesMode", "SyncRecord"]
+
+#: kube-proxy's ``proxyutil.FullSyncPeriod``: one hour.
+FULL_SYNC_PERIOD_S = 3600.0
+
+_log = structlog.get_logger("kproxy.iptables")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncRecord:
+    """One sync attempt.
+
+    Attributes:
+        revision: the snapshot's revision.
+        full: it was a full sync.
+        ok: the kernel accepted it.
+        at_s: clock time (seconds) when it started.
+        result: the rendered input.
+        error: the kernel's complaint when ``ok`` is false, else ``""``.
+    """
+
+    revision: int
+    full: bool
+    ok: bool
+    at_s: float
+    result: RenderResult
+    error: str = ""
+
+
+class IptablesMode:
+    """Keep one IP family's iptables rules in a kernel in sync with the snapshots.
+
+    Args:
+        config: the proxier's settings; its ``family`` must be the applier's.
+        kernel: where the rules go (:class:`~kproxy.kernel.EmulatedKernel`,
+            :class:`~kproxy.kernel.LinuxKernel`, or anything with the same methods).
+        now: the clock, in seconds (e.g. ``time.monotonic`` or a fake clock's ``now``).
+        full_sync_period_s: force a full sync when the last one is older than this.
+        history: how many :class:`SyncRecord` to keep in :attr:`history` (0: none).
+
+    Raises:
+        InvalidArgument: the families differ, the kernel lacks ``apply``, or a period <= 0.
+    """
+
+    def __init__(self, config: IptablesConfig, kernel: IptablesApplier, *, now: Callable[[], float],
+                 full_sync_period_s: float = FULL_SYNC_PERIOD_S, history: int = 16) -> None:
+        if not isinstance(kernel, IptablesApplier):
+            raise InvalidArgument(f"kernel must have async apply() and existing_chains(), got {kernel!r}")
+        if kernel.family is not config.family:
+            raise InvalidArgument(f"config renders {config.family} but the kernel is {kernel.family}; "
+                                  "use config.for_family(kernel.family)")
+        if not full_sync_period_s > 0:
+            raise InvalidArgument(f"full_sync_period_s must be > 0 seconds, got {full_sync_period_s=}")
+        if history < 0:
+            raise InvalidArgument(f"history must be >= 0, got {history=}")
+        self.config = config
+        self.kernel = kernel
+        self.renderer = IptablesRenderer(config)
+        self._now = now
+        self._period_s = full_sync_period_s
+        self._nfacct = nfacct_counters(config)
+        self._last_full_s: float | None = None
+        self._last_large = False
+        self._keep = history
+        self.history: list[SyncRecord] = []
+        """The latest sync attempts, oldest first."""
+
+    def request_full(self) -> None:
+        """Make the next sync full (kube-proxy's ``forceSyncProxyRules``)."""
+        self.renderer.request_full()
+
+    @property
+    def needs_full(self) -> bool:
+        """The next sync will be full (not counting the periodic one)."""
+        return self.renderer.needs_full
+
+    def _periodic_due(self, now_s: float) -> bool:
+        if self._last_full_s is None or self._last_large:
+            return False
+        return now_s - self._last_full_s > self._period_s
+
+    async def apply(self, snapshot: Snapshot) -> None:
+        """Program ``snapshot`` (see the module docstring).
+
+        Raises:
+            KernelError: the kernel refused; the next sync will be full.
+        """
+        now_s = self._now()
+        if self._periodic_due(now_s):
+            self.renderer.request_full()
+        full = self.renderer.needs_full or self.renderer.applied is None
+        existing = await self.kernel.existing_chains() if full else frozenset()
+        result = self.renderer.render(snapshot, existing_chains=existing)
+        try:
+            await self.kernel.apply(result, nfacct=self._nfacct)
+        except KernelError as err:
+            self.renderer.failed()
+            self._record(snapshot, result, now_s, str(err))
+            _log.warning("iptables sync failed", family=str(self.config.family), full=result.full,
+                         revision=snapshot.revision, error=str(err))
+            raise
+        self.renderer.commit(result)
+        if result.full:
+            self._last_full_s = now_s
+        self._last_large = result.large_cluster
+        self._record(snapshot, result, now_s, "")
+        _log.debug("iptables synced", family=str(self.config.family), full=result.full,
+                   revision=snapshot.revision, written_ports=result.written_ports,
+                   filter_rules=result.filter_rules, nat_rules=result.nat_rules,
+                   deleted_chains=len(result.deleted_chains))
+
+    def _record(self, snapshot: Snapshot, result: RenderResult, now_s: float, error: str) -> None:
+        if not self._keep:
+            return
+        self.history.append(SyncRecord(revision=snapshot.revision, full=result.full, ok=not error,
+                                       at_s=now_s, result=result, error=error))
+        del self.history[:-self._keep]

@@ -1,0 +1,231 @@
+# ruff: noqa: E501  (long command lines and test names are kept whole to stay readable)
+"""A real node in network namespaces, for checking the emulator against the kernel.
+
+Builds the topology of :mod:`tests.unit.kernel.scenarios` (a node namespace, pods on it, a second
+node holding a pod "elsewhere", an external client), joined by veth pairs; sets the sysctls
+kube-proxy needs in the node (``route_localnet``, ``ip_forward``, no ICMP rate limit, relaxed
+``rp_filter``); starts a TCP+UDP identity server in each pod (it answers with its endpoint and the
+client address it saw) and a TCP one on the health check node port in the node; and sends
+probes from any namespace with a small prober process (one process per namespace and batch,
+probes run concurrently in it, every attempt bounded by a timeout).
+
+Only traffic between these namespaces is ever sent. Everything is deleted on exit, also after a
+failure; namespaces left by an earlier killed run are deleted first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+
+from kproxy.kernel import LinuxKernel
+from tests.kernel.netns import cleanup_stale, netns, sh
+from tests.unit.kernel.scenarios import (
+    BLOCKED,
+    CLIENT_GW,
+    EP_PORT,
+    EXTERNAL,
+    HEALTH_PORT,
+    NODE2_IP,
+    NODE_IP,
+    PA,
+    PB,
+    POD_CLIENT,
+    POD_GW,
+    POD_LINKS,
+    REMOTE,
+)
+
+#: Bytes of every identity server's UDP answer (padded), so byte counters are predictable.
+REPLY_BYTES = 128
+#: Bytes of the prober's UDP datagram payload.
+PROBE_BYTES = 16
+
+_SERVER = r"""
+import json, socket, sys, threading
+ip, port, name, udp = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4] == "udp"
+def tcp_loop(s):
+    while True:
+        c, peer = s.accept()
+        try:
+            c.sendall(json.dumps({"ep": name, "peer": peer[0]}).encode())
+        finally:
+            c.close()
+def udp_loop(u):
+    while True:
+        data, peer = u.recvfrom(2048)
+        body = json.dumps({"ep": name, "peer": peer[0]}).encode()
+        u.sendto(body + b" " * (REPLY - len(body)), peer)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind((ip, port)); s.listen(256)
+threading.Thread(target=tcp_loop, args=(s,), daemon=True).start()
+if udp:
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind((ip, port))
+    threading.Thread(target=udp_loop, args=(u,), daemon=True).start()
+print("ready", flush=True)
+sys.stdin.read()
+""".replace("REPLY", str(REPLY_BYTES))
+
+_PROBER = r"""
+import json, socket, sys
+from concurrent.futures import ThreadPoolExecutor
+probes = json.load(sys.stdin)
+def attempt(p, i):
+    udp = p["proto"] == "udp"
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
+    s.settimeout(p["timeout"])
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((p["src"], p["sport"] + i if p["sport"] else 0))
+        s.connect((p["dst"], p["port"]))
+        if udp:
+            s.send(b"x" * PROBE)
+        d = json.loads(s.recv(4096).decode())
+        return ["ACCEPT", d["ep"], d["peer"]]
+    except ConnectionRefusedError:
+        return ["REJECT", None, None]
+    except (socket.timeout, TimeoutError):
+        return ["DROP", None, None]
+    except OSError as e:
+        return ["ERROR", repr(e), None]
+    finally:
+        s.close()
+def run(p):
+    return [attempt(p, i) for i in range(p["count"])]
+with ThreadPoolExecutor(max_workers=16) as pool:
+    print(json.dumps(list(pool.map(run, probes))))
+""".replace("PROBE", str(PROBE_BYTES))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """Connections (TCP) or datagrams (UDP) from one source to one destination.
+
+    Attributes:
+        ns: the namespace key to send from (``node``, ``client``, ``pa``, ``pb``, ``pc``).
+        src: the source address to bind.
+        dst, port, proto: the destination.
+        count: how many attempts, each a new flow (a new source port).
+        timeout_s: how long one attempt may wait for its answer.
+        sport: the first source port (then +1 per attempt); 0 lets the kernel choose.
+    """
+
+    ns: str
+    src: str
+    dst: str
+    port: int
+    proto: str = "tcp"
+    count: int = 1
+    timeout_s: float = 1.0
+    sport: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """One attempt's result: ``kind`` ACCEPT/REJECT/DROP/ERROR, the endpoint that answered and
+    the client address it saw (both None unless answered)."""
+
+    kind: str
+    endpoint: str | None
+    peer: str | None
+
+
+class Topology:
+    """The namespaces; built by :func:`topology`. ``names[key]`` is a namespace's real name."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names
+        self.kernel = LinuxKernel(netns=names["node"], timeout_s=30.0)
+
+    def probe(self, probes: Sequence[Probe]) -> list[list[Answer]]:
+        """Send every probe (one prober per namespace, all namespaces at once); answers in order."""
+        by_ns: dict[str, list[int]] = {}
+        for i, p in enumerate(probes):
+            by_ns.setdefault(p.ns, []).append(i)
+        procs = {}
+        for key, idx in by_ns.items():
+            payload = json.dumps([{"src": probes[i].src, "dst": probes[i].dst, "port": probes[i].port,
+                                   "proto": probes[i].proto, "count": probes[i].count,
+                                   "timeout": probes[i].timeout_s, "sport": probes[i].sport} for i in idx])
+            proc = subprocess.Popen(["ip", "netns", "exec", self.names[key], sys.executable, "-c", _PROBER],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True)
+            procs[key] = (proc, payload)
+        out: list[list[Answer]] = [[] for _ in probes]
+        for key, (proc, payload) in procs.items():
+            stdout, stderr = proc.communicate(payload, timeout=60)
+            if proc.returncode != 0:
+                raise RuntimeError(f"prober in {key} failed: {stderr}")
+            for i, answers in zip(by_ns[key], json.loads(stdout), strict=True):
+                out[i] = [Answer(kind=a[0], endpoint=a[1], peer=a[2]) for a in answers]
+        return out
+
+
+def _link(ns_a: str, dev_a: str, addr_a: str | None, ns_b: str, dev_b: str, addr_b: str | None) -> None:
+    sh("ip", "link", "add", dev_a, "netns", ns_a, "type", "veth", "peer", "name", dev_b, "netns", ns_b)
+    for ns, dev, addr in ((ns_a, dev_a, addr_a), (ns_b, dev_b, addr_b)):
+        if addr:
+            sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+
+
+def _sysctl(ns: str, *settings: str) -> None:
+    sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", *settings)
+
+
+def _server(stack: ExitStack, ns: str, ip: str, port: int, name: str, udp: bool) -> None:
+    proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-u", "-c", _SERVER, ip, str(port), name,
+                             "udp" if udp else "tcp"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def stop() -> None:
+        if proc.stdin:
+            proc.stdin.close()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    stack.callback(stop)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if line.strip() != "ready":
+        raise RuntimeError(f"identity server {name} in {ns} did not start: {proc.stderr.read() if proc.stderr else ''}")
+
+
+@contextmanager
+def topology() -> Iterator[Topology]:
+    """Build the namespaces, links, routes, sysctls and servers; tear everything down after."""
+    cleanup_stale()
+    with ExitStack() as stack:
+        names = {key: stack.enter_context(netns(key)) for key in ("node", "client", "n2", "pa", "pb", "pc")}
+        node = names["node"]
+        _sysctl(node, "net.ipv4.ip_forward=1", "net.ipv4.conf.all.route_localnet=1", "net.ipv4.icmp_ratelimit=0",
+                "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0")
+        # The external client, with an allowed and a blocked source address.
+        _link(node, "eth0", f"{CLIENT_GW}/24", names["client"], "eth0", f"{EXTERNAL}/24")
+        sh("ip", "-n", names["client"], "addr", "add", f"{BLOCKED}/24", "dev", "eth0")
+        sh("ip", "-n", names["client"], "route", "add", "default", "via", CLIENT_GW)
+        # The other node, holding the remote pod on its lo.
+        _link(node, "eth1", f"{NODE_IP}/24", names["n2"], "eth0", f"{NODE2_IP}/24")
+        sh("ip", "-n", names["n2"], "addr", "add", f"{REMOTE}/32", "dev", "lo")
+        sh("ip", "-n", names["n2"], "route", "add", "default", "via", NODE_IP)
+        sh("ip", "-n", node, "route", "add", "10.180.1.0/24", "via", NODE2_IP, "dev", "eth1")
+        sh("ip", "-n", node, "route", "add", "default", "via", NODE2_IP, "dev", "eth1")
+        # Pods on this node, routed as Calico does (a /32 and a link-local gateway).
+        for key, ip in (("pa", PA), ("pb", PB), ("pc", POD_CLIENT)):
+            dev = POD_LINKS[ip]
+            _link(node, dev, f"{POD_GW}/32", names[key], "eth0", f"{ip}/32")
+            sh("ip", "-n", names[key], "route", "add", POD_GW, "dev", "eth0", "scope", "link")
+            sh("ip", "-n", names[key], "route", "add", "default", "via", POD_GW, "dev", "eth0")
+            sh("ip", "-n", node, "route", "add", f"{ip}/32", "dev", dev)
+        for dev in ("eth0", "eth1", *POD_LINKS.values()):
+            _sysctl(node, f"net.ipv4.conf.{dev}.rp_filter=0")
+        for key, ip in (("pa", PA), ("pb", PB), ("n2", REMOTE)):
+            _server(stack, names[key], ip, EP_PORT, f"{ip}:{EP_PORT}", udp=True)
+        _server(stack, node, "0.0.0.0", HEALTH_PORT, f"node:{HEALTH_PORT}", udp=False)
+        yield Topology(names)
