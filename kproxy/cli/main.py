@@ -55,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
     node.add_argument("--service-proxy-name", default=None, metavar="NAME",
                       help="serve Services labelled service.kubernetes.io/service-proxy-name=NAME "
                            "(default: none, as kube-proxy)")
+    node.add_argument("--node-ip", action="append", default=[], metavar="IP",
+                      help="iptables mode: this node's IP (repeatable); NodePorts and masquerade use it")
+    ipt = run.add_argument_group("iptables mode")
+    ipt.add_argument("--cluster-cidr", default=None, metavar="CIDR[,CIDR]",
+                     help="pod CIDRs: traffic from outside them to a ClusterIP is masqueraded")
+    ipt.add_argument("--masquerade-all", action="store_true",
+                     help="masquerade all traffic sent to ClusterIPs")
+    ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
+                     help="addresses NodePorts accept on (default: every local address)")
+    ipt.add_argument("--iptables-masquerade-bit", type=int, default=14, metavar="BIT",
+                     help="the fwmark bit that marks packets for masquerade (default 14)")
     us = run.add_argument_group("userspace data plane")
     us.add_argument("--bind-address", default=None, metavar="ADDR",
                     help="listen on this one address, one port per service port (default: one "

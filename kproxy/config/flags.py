@@ -63,6 +63,13 @@ def merge_config(args: argparse.Namespace) -> KubeProxyConfiguration:
         args.healthz_bind_address = given["healthzBindAddress"] if explicit else "127.0.0.1:10256"
     if args.metrics_bind_address is None:
         args.metrics_bind_address = given["metricsBindAddress"]
+    # iptables-mode settings (flags absent on subcommands that do not take them are left alone).
+    if getattr(args, "cluster_cidr", "") is None and cfg.cluster_cidr:
+        args.cluster_cidr = cfg.cluster_cidr
+    if args.config and hasattr(args, "masquerade_all") and not args.masquerade_all:
+        args.masquerade_all = bool(given["iptables"]["masqueradeAll"])
+    if getattr(args, "nodeport_addresses", "") is None and given.get("nodePortAddresses"):
+        args.nodeport_addresses = ",".join(given["nodePortAddresses"])
     return cfg
 
 

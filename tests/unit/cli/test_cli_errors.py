@@ -32,3 +32,17 @@ def test_missing_manifest_path_is_an_error(capsys: pytest.CaptureFixture[str]) -
     status = main(["run", "--manifests", "/nonexistent/kproxy-manifests.yaml"])
     assert status != 0
     assert "/nonexistent/kproxy-manifests.yaml" in capsys.readouterr().err
+
+
+def test_run_accepts_the_iptables_node_flags() -> None:
+    """`run` takes the iptables mode's node flags, as `render` and `trace` do."""
+    from kproxy.cli.main import build_parser
+
+    args = build_parser().parse_args([
+        "run", "--manifests", "examples/cluster.yaml", "--proxy-mode", "iptables",
+        "--node-ip", "192.168.0.10", "--cluster-cidr", "10.244.0.0/16", "--masquerade-all",
+        "--nodeport-addresses", "192.168.0.0/24"])
+    assert args.node_ip == ["192.168.0.10"]
+    assert args.cluster_cidr == "10.244.0.0/16"
+    assert args.masquerade_all is True
+    assert args.nodeport_addresses == "192.168.0.0/24"
