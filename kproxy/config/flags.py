@@ -97,7 +97,8 @@ def build_source(args: argparse.Namespace) -> Source:
     if args.manifests:
         from kproxy.sources.manifests import ManifestSource
 
-        return ManifestSource(args.manifests)
+        own_files = [args.address_map] if getattr(args, "address_map", None) else []
+        return ManifestSource(args.manifests, ignore=own_files)
     if not kube and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise ConfigError("no source: give --manifests PATH... or --kubeconfig FILE (or --master URL), "
                           "or run in a pod for the in-cluster configuration")

@@ -7,12 +7,55 @@ Library users configure structlog (or not) themselves; only the CLI calls
 from __future__ import annotations
 
 import logging
+import os
 import sys
-from typing import Literal, TextIO
+from typing import Literal, TextIO, cast
 
 import structlog
 
 __all__ = ["LogFormat", "configure_logging"]
+
+
+class _Resilient:
+    """A text stream whose failures never reach the caller: logging must not stop the proxy.
+
+    When the reader of a pipe goes away (``kproxy run 2>&1 | head``), writes fail with
+    BrokenPipeError; from then on log lines are dropped, and the process's stderr is pointed
+    at /dev/null so the interpreter's final flush cannot fail either.
+    """
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream: TextIO | None = stream
+
+    def write(self, text: str) -> int:
+        if self._stream is None:
+            return len(text)
+        try:
+            return self._stream.write(text)
+        except (OSError, ValueError):
+            self._give_up()
+            return len(text)
+
+    def flush(self) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.flush()
+        except (OSError, ValueError):
+            self._give_up()
+
+    def isatty(self) -> bool:
+        return self._stream is not None and self._stream.isatty()
+
+    def _give_up(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is sys.stderr and stream is not None:
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass
 
 LogFormat = Literal["console", "json"]
 
@@ -52,6 +95,6 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        logger_factory=structlog.PrintLoggerFactory(file=cast(TextIO, _Resilient(out))),
         cache_logger_on_first_use=False,
     )

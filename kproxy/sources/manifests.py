@@ -23,11 +23,13 @@ and editors that replace files). Files are read synchronously: manifests are sma
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import structlog
 import yaml
@@ -65,9 +67,13 @@ def _check_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return out
 
 
-def _expand(paths: Sequence[Path]) -> list[Path]:
-    """Every manifest file under ``paths``: files as given, folders recursively, no duplicates."""
-    seen: set[Path] = set()
+def _expand(paths: Sequence[Path], ignore: frozenset[Path] = frozenset()) -> list[Path]:
+    """Every manifest file under ``paths``: files as given, folders recursively, no duplicates.
+
+    A file reached twice (through two paths naming it) counts once; files in ``ignore``
+    (resolved paths, e.g. kproxy's own ``--address-map``) are left out.
+    """
+    seen: set[Path] = set(ignore)
     out: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -77,10 +83,36 @@ def _expand(paths: Sequence[Path]) -> list[Path]:
         else:
             found = []
         for p in found:
-            if p not in seen:
-                seen.add(p)
+            real = _resolve(p)
+            if real not in seen:
+                seen.add(real)
                 out.append(p)
     return out
+
+
+def _resolve(path: Path) -> Path:
+    try:
+        return path.resolve()
+    except OSError:  # a symlink loop: keep the path as given
+        return path
+
+
+#: libyaml's loader when PyYAML was built with it (about 8x faster), else the pure-Python one.
+_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _json_documents(text: str) -> list[Any]:
+    """Every JSON value in ``text``: one, or several one after another (as kubectl accepts)."""
+    decoder = json.JSONDecoder()
+    docs: list[Any] = []
+    pos = 0
+    while True:
+        while pos < len(text) and text[pos].isspace():
+            pos += 1
+        if pos >= len(text):
+            return docs
+        doc, pos = decoder.raw_decode(text, pos)
+        docs.append(doc)
 
 
 class _FileError(SourceError):
@@ -112,14 +144,14 @@ def _parse_file(path: Path) -> _Parsed:
             message names the file and the line).
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
         raise _FileError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})",
                          path=path) from err
     except OSError as err:
         raise _FileError(f"{path}: cannot read: {err.strerror or err}", path=path) from err
     try:
-        docs = [json.loads(text)] if path.suffix == ".json" else list(yaml.safe_load_all(text))
+        docs = _json_documents(text) if path.suffix == ".json" else list(yaml.load_all(text, _YAML_LOADER))
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise _syntax_error(path, err) from err
     parsed = _Parsed()
@@ -208,6 +240,10 @@ class ManifestSource:
         paths: files or folders (see the module docstring).
         poll_interval_s: seconds between two checks for changes (> 0).
         clock: the time source (default :class:`~kproxy.sync.clock.MonotonicClock`).
+        ignore: files never read even when inside a given folder (e.g. the ``--address-map``).
+        parse_in_thread: re-read files in a worker thread so a large file never stalls the
+            event loop (and the traffic it serves); False keeps everything on the loop, which
+            tests driving a FakeClock need for determinism.
 
     Raises:
         SourceError: a path does not exist (also raised by :meth:`run` if it is gone by then).
@@ -220,11 +256,15 @@ class ManifestSource:
         *,
         poll_interval_s: float = 0.5,
         clock: Clock | None = None,
+        ignore: Iterable[str | os.PathLike[str]] = (),
+        parse_in_thread: bool = True,
     ) -> None:
         if isinstance(poll_interval_s, bool) or not isinstance(poll_interval_s, int | float) \
                 or not poll_interval_s > 0:
             raise InvalidArgument(f"poll_interval_s must be > 0 seconds, got {poll_interval_s=!r}")
         self._paths = _check_paths(paths)
+        self._ignore = frozenset(_resolve(Path(p)) for p in ignore)
+        self._parse_in_thread = parse_in_thread
         self._poll_interval_s = float(poll_interval_s)
         self._clock: Clock = clock or MonotonicClock()
         self._stats: dict[Path, _Stat | None] = {}
@@ -259,13 +299,19 @@ class ManifestSource:
             SourceError: a path does not exist.
         """
         _check_paths(self._paths)
-        emit(self.reload())
+        emit(await self._reload())
         synced()
         while True:
             await self._clock.sleep(self._poll_interval_s)
-            events = self.reload()
+            # Parsing a large file takes a while: off the event loop, so traffic keeps flowing.
+            events = await self._reload()
             if events:
                 emit(events)
+
+    async def _reload(self) -> list[Event]:
+        if self._parse_in_thread:
+            return await asyncio.to_thread(self.reload)
+        return self.reload()
 
     def reload(self) -> list[Event]:
         """Re-read the files that changed and return the events since the last reload.
@@ -274,7 +320,7 @@ class ManifestSource:
             ``list[Event]``: what changed in the served objects (empty when nothing did).
         """
         self.reload_count += 1
-        found = _expand(self._paths)
+        found = _expand(self._paths, self._ignore)
         for path in [p for p in self._stats if p not in found]:
             del self._stats[path]
             self._broken.pop(path, None)
@@ -309,5 +355,5 @@ class ManifestSource:
         self._broken.pop(path, None)
         self._files[path] = parsed
         for problem in parsed.problems:
-            _log.error("invalid object skipped", file=problem.source, object=problem.obj,
+            _log.error("invalid manifest content skipped", file=problem.source, object=problem.obj,
                        field=problem.field, problem=problem.problem, error=str(problem))

@@ -150,7 +150,7 @@ class Watcher:
 
     def __init__(self, paths: Sequence[Path]) -> None:
         self.clock = FakeClock()
-        self.source = ManifestSource(paths, poll_interval_s=0.5, clock=self.clock)
+        self.source = ManifestSource(paths, poll_interval_s=0.5, clock=self.clock, parse_in_thread=False)
         self.batches: list[list[Event]] = []
         self.synced = False
 

@@ -216,7 +216,7 @@ async def test_manifest_edit_reaches_the_consumer(tmp_path: Path) -> None:
     path.write_text(text.replace("ADDR", "127.0.0.2"))
     clock = FakeClock()
     rec = Recording(clock)
-    src = ManifestSource([tmp_path], poll_interval_s=0.5, clock=clock)
+    src = ManifestSource([tmp_path], poll_interval_s=0.5, clock=clock, parse_in_thread=False)
     eng = engine(src, rec, clock=clock)
     async with running(eng.run):
         await clock.run_for(2)
