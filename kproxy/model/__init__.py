@@ -1,6 +1,7 @@
 """Frozen values: API objects parsed and validated, ServicePortName, and the per-node Snapshot."""
 
 from kproxy.model.endpointslice import (
+    LABEL_CONVERTED_FROM_ENDPOINTS,
     LABEL_SERVICE_NAME,
     EndpointConditions,
     EndpointPort,
@@ -40,6 +41,7 @@ from kproxy.model.topology import TopologyMode, categorize_endpoints
 
 __all__ = [
     "DEFAULT_AFFINITY_TIMEOUT_S",
+    "LABEL_CONVERTED_FROM_ENDPOINTS",
     "LABEL_SERVICE_NAME",
     "LABEL_SERVICE_PROXY_NAME",
     "Endpoint",

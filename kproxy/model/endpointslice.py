@@ -18,6 +18,7 @@ from kproxy.model._fields import Problems, as_bool, as_int, as_list, as_map, as_
 from kproxy.model.names import IPFamily, NamespacedName, Protocol, family_of
 
 __all__ = [
+    "LABEL_CONVERTED_FROM_ENDPOINTS",
     "LABEL_SERVICE_NAME",
     "EndpointConditions",
     "EndpointPort",
@@ -29,6 +30,8 @@ __all__ = [
 
 #: discovery.LabelServiceName: the Service an EndpointSlice belongs to.
 LABEL_SERVICE_NAME = "kubernetes.io/service-name"
+#: Marks the slices kproxy made from a v1 Endpoints object (see :func:`endpoints_to_slices`).
+LABEL_CONVERTED_FROM_ENDPOINTS = "kproxy.dev/converted-from-endpoints"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,6 +101,11 @@ class EndpointSlice:
     def service(self) -> NamespacedName:
         """The Service this slice belongs to."""
         return NamespacedName(namespace=self.namespace, name=self.service_name)
+
+    @property
+    def converted_from_endpoints(self) -> bool:
+        """True for a slice kproxy made from a v1 Endpoints object."""
+        return (LABEL_CONVERTED_FROM_ENDPOINTS, "true") in self.labels
 
 
 def _names(value: Any, path: str, p: Problems) -> frozenset[str]:
@@ -236,7 +244,10 @@ def endpoints_to_slices(
 
     Each subset becomes one slice per address family, named ``<name>-<subset>-<family>``:
     ``addresses`` are ready, ``notReadyAddresses`` not ready (``endpointslicemirroring``
-    sets only ``ready``); ``nodeName`` is kept.
+    sets only ``ready``); ``nodeName`` is kept. The slices carry the label
+    :data:`LABEL_CONVERTED_FROM_ENDPOINTS`: kube-proxy reads only EndpointSlices, so when a
+    Service has real EndpointSlices too (``kubectl get svc,ep,endpointslices`` dumps hold
+    both) the converted ones are ignored (see :func:`kproxy.model.build_service_ports`).
 
     Returns:
         ``(slice_dicts, problems)``; parse each dict with :func:`parse_endpoint_slice`.
@@ -273,7 +284,8 @@ def endpoints_to_slices(
             slices.append({
                 "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
                 "metadata": {"name": f"{name_v}-{s}-{family.lower()}", "namespace": ns_v,
-                             "labels": {LABEL_SERVICE_NAME: name_v}},
+                             "labels": {LABEL_SERVICE_NAME: name_v,
+                                        LABEL_CONVERTED_FROM_ENDPOINTS: "true"}},
                 "addressType": family, "endpoints": eps, "ports": ports,
             })
     return slices, p.errors

@@ -233,6 +233,10 @@ def build_service_ports(
     if skip_reason(service, node) is not None:
         return {}
     mine = [s for s in slices if s.service == service.key]
+    if any(not s.converted_from_endpoints for s in mine):
+        # kube-proxy reads only EndpointSlices: slices converted from v1 Endpoints are a
+        # fallback for old dumps, never merged with real ones (their conditions are poorer).
+        mine = [s for s in mine if not s.converted_from_endpoints]
     out: dict[tuple[IPFamily, ServicePortName], ServicePortInfo] = {}
     for family in node.ip_families:
         cluster_ip = service.cluster_ip(family)

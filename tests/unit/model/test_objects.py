@@ -128,3 +128,40 @@ def test_deeply_nested_lists_are_reported_not_followed() -> None:
     assert result.objects == []
     assert [p.field for p in result.problems] == ["items"]
     assert str(MAX_LIST_DEPTH) in str(result.problems[0])
+
+
+def test_real_endpoint_slices_win_over_converted_endpoints() -> None:
+    """With both kinds in a dump, the Service's EndpointSlices are used and its Endpoints ignored."""
+    from kproxy.model import EndpointSlice, NodeConfig, Service, build_snapshot, parse_objects
+
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+           "spec": {"clusterIP": "10.0.0.1", "ports": [{"name": "http", "port": 80}]}}
+    eps_slice = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": "web-abc", "namespace": "default",
+                              "labels": {"kubernetes.io/service-name": "web"}},
+                 "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}],
+                 "endpoints": [{"addresses": ["10.1.0.1"],
+                                "conditions": {"ready": False, "serving": True, "terminating": True}}]}
+    endpoints = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": "default"},
+                 "subsets": [{"notReadyAddresses": [{"ip": "10.1.0.1"}],
+                              "ports": [{"name": "http", "port": 8080}]}]}
+    result = parse_objects({"kind": "List", "items": [svc, eps_slice, endpoints]})
+    services = [o for o in result.objects if isinstance(o, Service)]
+    slices = [o for o in result.objects if isinstance(o, EndpointSlice)]
+    info = next(iter(build_snapshot(services, slices, NodeConfig())))
+    assert [ep.address for ep in info.cluster_endpoints] == ["10.1.0.1:8080"]
+
+
+def test_converted_endpoints_serve_when_no_slice_exists() -> None:
+    """An old dump with only v1 Endpoints is still served from them."""
+    from kproxy.model import EndpointSlice, NodeConfig, Service, build_snapshot, parse_objects
+
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"},
+           "spec": {"clusterIP": "10.0.0.1", "ports": [{"name": "http", "port": 80}]}}
+    endpoints = {"apiVersion": "v1", "kind": "Endpoints", "metadata": {"name": "web", "namespace": "default"},
+                 "subsets": [{"addresses": [{"ip": "10.1.0.2"}], "ports": [{"name": "http", "port": 8080}]}]}
+    result = parse_objects({"kind": "List", "items": [svc, endpoints]})
+    services = [o for o in result.objects if isinstance(o, Service)]
+    slices = [o for o in result.objects if isinstance(o, EndpointSlice)]
+    info = next(iter(build_snapshot(services, slices, NodeConfig())))
+    assert [ep.address for ep in info.cluster_endpoints] == ["10.1.0.2:8080"]
