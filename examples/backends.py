@@ -92,14 +92,22 @@ async def serve(paths: list[str], stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    """Run the backends of the manifests named on the command line."""
-    paths = sys.argv[1:] or ["examples/cluster.yaml"]
+    """Run the backends of the manifests named on the command line.
+
+    With ``--exit-with-parent`` they also stop when standard input reaches EOF, which happens
+    when the parent that holds the other end of the pipe exits, however it exits.
+    """
+    args = sys.argv[1:]
+    with_parent = "--exit-with-parent" in args
+    paths = [a for a in args if a != "--exit-with-parent"] or ["examples/cluster.yaml"]
 
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
+        if with_parent:
+            loop.add_reader(sys.stdin.fileno(), lambda: sys.stdin.buffer.read1(4096) or stop.set())
         await serve(paths, stop)
 
     asyncio.run(run())

@@ -90,8 +90,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="kproxy-demo-") as tmp:
         address_map = Path(tmp) / "addresses.json"
         backends = subprocess.Popen(
-            [sys.executable, str(HERE / "backends.py"), str(CLUSTER)],
-            stdout=subprocess.PIPE, text=True)
+            [sys.executable, str(HERE / "backends.py"), str(CLUSTER), "--exit-with-parent"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         proxy = None
         try:
             print("demo: starting the example pods ...", _wait_for_line(backends, "ready", 10).strip())
@@ -172,5 +172,10 @@ def _exercise(listen: dict[tuple[str, str], str]) -> list[str]:
     return failures
 
 
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # run the finally blocks: stop kproxy and the pods
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     raise SystemExit(main())

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from kproxy.daemon import UserspaceOptions, running_userspace_proxy
 from kproxy.sources.memory import MemorySource
 
@@ -36,6 +38,7 @@ async def _ask(host: str, port: int) -> str:
     return answer
 
 
+@pytest.mark.asyncio
 async def test_service_round_robin_through_kproxy() -> None:
     """Connections to the Service are spread over both endpoints, then follow a scale-down."""
     servers = [await _backend(ip) for ip in BACKENDS]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import os
 import signal
 import socket
 import sys
@@ -131,11 +132,21 @@ def _run(args: argparse.Namespace) -> int:
     if sync_period <= 0 or min_sync > sync_period:
         raise ConfigError(f"--sync-period ({args.sync_period}) must be > 0 and >= "
                           f"--min-sync-period ({args.min_sync_period})")
+    udp_timeout = parse_duration(args.udp_timeout, flag="--udp-timeout")
+    if udp_timeout <= 0:
+        raise ConfigError(f"--udp-timeout: a UDP session needs an idle timeout > 0, got {args.udp_timeout!r}")
+    if args.address_map is not None:
+        folder = os.path.dirname(os.path.abspath(args.address_map))
+        if not os.path.isdir(folder):
+            raise ConfigError(f"--address-map: folder {folder!r} does not exist")
+    for path in args.manifests or ():
+        if not os.path.exists(path):
+            raise ConfigError(f"--manifests: {path!r} does not exist; expected a file or a folder")
     options = UserspaceOptions(
         bind_address=args.bind_address,
         loopback_block=args.loopback_block,
         address_map_path=args.address_map,
-        udp_idle_timeout_s=parse_duration(args.udp_timeout, flag="--udp-timeout"),
+        udp_idle_timeout_s=udp_timeout,
         min_sync_period_s=min_sync,
         sync_period_s=sync_period,
         drain_timeout_s=parse_duration(args.drain_timeout, flag="--drain-timeout"),
@@ -192,7 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KproxyError as err:
         structlog.get_logger("kproxy").error("fatal", error=str(err))
-        print(f"kproxy: {err}", file=sys.stderr)
+        if getattr(args, "log_format", "console") != "json":
+            print(f"kproxy: {err}", file=sys.stderr)
         return 1
     return 2
 

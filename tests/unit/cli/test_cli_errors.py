@@ -16,6 +16,10 @@ from kproxy.cli.main import main
         (["--loopback-block", "127.0.0.0/33"], "--loopback-block"),
         (["--ip-families", "IPv5"], "--ip-families"),
         (["--proxy-mode", "nftables"], "--proxy-mode"),
+        (["--udp-timeout", "0s"], "--udp-timeout"),
+        (["--sync-period", "30"], "--sync-period"),
+        (["--drain-timeout", "nan"], "--drain-timeout"),
+        (["--address-map", "/nonexistent-kproxy-dir/map.json"], "--address-map"),
     ],
 )
 def test_bad_flag_exits_2_naming_it(
