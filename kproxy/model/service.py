@@ -10,6 +10,7 @@ depends on it; a wrong part is skipped with an :class:`~kproxy.errors.InvalidObj
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -30,6 +31,9 @@ __all__ = [
     "TrafficPolicy",
     "parse_service",
 ]
+
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+_PORT_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 #: v1.DefaultClientIPServiceAffinitySeconds: three hours.
 DEFAULT_AFFINITY_TIMEOUT_S = 10800
@@ -269,11 +273,16 @@ def parse_service(raw: Mapping[str, Any], *, source: str = "") -> tuple[Service,
     ns_v = meta.get("namespace") or "default"
     label = f"Service {ns_v}/{name_v or '?'}"
     p = Problems(obj=label, source=source)
-    if raw.get("kind") != "Service" or raw.get("apiVersion", "v1") != "v1":
-        raise p.fail("kind", f"expected apiVersion v1 kind Service, got "
-                     f"{raw.get('apiVersion')!r} {raw.get('kind')!r}")
+    if raw.get("kind") != "Service":
+        raise p.fail("kind", f"expected kind Service, got {raw.get('kind')!r}")
+    if raw.get("apiVersion", "v1") != "v1":
+        raise p.fail("apiVersion", f"expected apiVersion v1 for a Service, got {raw.get('apiVersion')!r}")
     if not isinstance(name_v, str) or not name_v:
         raise p.fail("metadata.name", f"a Service needs a name, got {name_v!r}")
+    if not _DNS1035.fullmatch(name_v):
+        # ValidateServiceName: a DNS-1035 label (lower case, starts with a letter, <= 63).
+        raise p.fail("metadata.name", f"{name_v!r} is not a valid Service name (a DNS-1035 label: "
+                     "lower-case letters, digits and '-', starting with a letter, at most 63)")
     if not isinstance(ns_v, str):
         raise p.fail("metadata.namespace", f"expected a string, got {ns_v!r}")
     spec = as_map(raw.get("spec"), "spec", p) or {}
@@ -338,6 +347,16 @@ def _parse_cluster_ips(spec: Mapping[str, Any], p: Problems) -> tuple[bool, tupl
     families = [family_of(ip) for ip in ips]
     if len(set(families)) != len(families):
         raise p.fail(path, f"at most one cluster IP per family, got {ips}")
+    for i, ip in enumerate(ips):
+        addr = ipaddress.ip_address(ip)
+        mapped = isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None
+        if addr.is_unspecified or mapped:
+            where = path if path == "spec.clusterIP" else f"{path}[{i}]"
+            raise p.fail(where, f"{ip} cannot be a cluster IP (unspecified or IPv4-mapped)")
+    single = spec.get("clusterIP")
+    if path == "spec.clusterIPs" and single not in (None, "") and ips and single.strip() != raw_ips[0]:
+        # ValidateService: clusterIPs[0] must equal clusterIP when both are set.
+        raise p.fail("spec.clusterIP", f"clusterIP {single!r} differs from clusterIPs[0] {raw_ips[0]!r}")
     return False, tuple(ips)
 
 
@@ -346,9 +365,19 @@ def _parse_ports(spec: Mapping[str, Any], p: Problems, svc_type: ServiceType) ->
     ports: list[ServicePort] = []
     # validateServicePort: a port name is unique within the Service, whatever the protocol.
     seen: set[str] = set()
+    numbers: set[tuple[int, Protocol]] = set()
     for i, raw_port in enumerate(raw_ports):
         port = _parse_port(raw_port, f"spec.ports[{i}]", p)
         if port is None:
+            continue
+        if port.name and not _PORT_NAME.fullmatch(port.name):
+            p.add(f"spec.ports[{i}].name", f"{port.name!r} is not a valid port name (a DNS-1123 label: "
+                  "lower-case letters, digits and '-', at most 63)")
+            continue
+        if (port.port, port.protocol) in numbers:
+            # ValidateService: the same port and protocol may appear only once.
+            p.add(f"spec.ports[{i}].port", f"port {port.port}/{port.protocol} is already used by "
+                  "another port of this Service")
             continue
         if len(raw_ports) > 1 and not port.name:
             p.add(f"spec.ports[{i}].name", "a name is required when a Service has several ports")
@@ -362,6 +391,7 @@ def _parse_ports(spec: Mapping[str, Any], p: Problems, svc_type: ServiceType) ->
                   f"or LoadBalancer, not {svc_type}")
             continue
         seen.add(port.name)
+        numbers.add((port.port, port.protocol))
         ports.append(port)
     if raw_ports and not ports:
         raise p.fail("spec.ports", "no valid port: " + "; ".join(str(e) for e in p.errors))

@@ -50,6 +50,8 @@ def service(name: str = "svc", namespace: str = "ns", *, cluster_ip: str | None 
         body["clusterIP"] = cluster_ip
     if cluster_ips is not None:
         body["clusterIPs"] = cluster_ips
+        if cluster_ips and "clusterIP" in body:
+            body["clusterIP"] = cluster_ips[0]  # the API keeps clusterIP == clusterIPs[0]
     if type is not None:
         body["type"] = type
     body["ports"] = [port()] if ports is None else ports

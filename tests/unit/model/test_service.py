@@ -186,7 +186,11 @@ def test_unnamed_port_among_several_is_skipped() -> None:
 
 REJECTED: list[tuple[str, dict[str, Any], str]] = [
     ("wrong kind", {**service(), "kind": "Pod"}, "kind"),
-    ("wrong apiVersion", {**service(), "apiVersion": "v2"}, "kind"),
+    ("wrong apiVersion", {**service(), "apiVersion": "v2"}, "apiVersion"),
+    ("bad name", {**service(), "metadata": {"name": "Web_1", "namespace": "ns"}}, "metadata.name"),
+    ("unspecified cluster IP", service(cluster_ip="0.0.0.0"), "spec.clusterIP"),
+    ("clusterIP differs from clusterIPs[0]",
+     {**service(), "spec": {**service()["spec"], "clusterIPs": ["10.96.0.99"]}}, "spec.clusterIP"),
     ("missing name", {**service(), "metadata": {"namespace": "ns"}}, "metadata.name"),
     ("bad cluster IP", service(cluster_ip="10.96.0.300"), "spec.clusterIP"),
     ("bad type", service(type="Internal"), "spec.type"),
@@ -223,3 +227,23 @@ def test_null_node_ports_mean_unset() -> None:
                   ports=[{"name": "http", "port": 80, "nodePort": None}])
     svc = _ok(raw)
     assert (svc.ports[0].node_port, svc.health_check_node_port) == (0, 0)
+
+
+def test_same_port_and_protocol_twice_keeps_the_first() -> None:
+    """Two ports with the same number and protocol are invalid; the second is reported and left out."""
+    from kproxy.model import parse_service
+
+    raw = service(ports=[{"name": "a", "port": 80}, {"name": "b", "port": 80}])
+    svc, problems = parse_service(raw, source="svc.yaml")
+    assert [p.name for p in svc.ports] == ["a"]
+    assert [p.field for p in problems] == ["spec.ports[1].port"]
+
+
+def test_invalid_port_name_is_reported() -> None:
+    """A port name that is not a DNS-1123 label is reported and that port left out."""
+    from kproxy.model import parse_service
+
+    raw = service(ports=[{"name": "HTTP_8080", "port": 80}, {"name": "ok", "port": 81}])
+    svc, problems = parse_service(raw, source="svc.yaml")
+    assert [p.name for p in svc.ports] == ["ok"]
+    assert [p.field for p in problems] == ["spec.ports[0].name"]
