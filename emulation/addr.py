@@ -18,13 +18,29 @@ __all__ = ["Cidr", "format_address", "parse_address", "parse_cidr"]
 _BITS = {4: 32, 6: 128}
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=1 << 18)
 def parse_address(text: str) -> tuple[int, int]:
     """Parse ``"10.0.0.1"`` or ``"fd00::1"`` into ``(version, int)``.
 
     Raises:
         NetfilterError: the text is not an IPv4 or IPv6 address.
     """
+    parts = text.split(".")
+    if len(parts) == 4:
+        value = 0
+        for part in parts:
+            # Canonical decimal octets only (no sign, no leading zero); anything else goes to
+            # ipaddress, which decides and words the error.
+            if not (part.isascii() and part.isdigit() and len(part) <= 3) or (
+                len(part) > 1 and part[0] == "0"
+            ):
+                break
+            octet = int(part)
+            if octet > 255:
+                break
+            value = value << 8 | octet
+        else:
+            return 4, value
     try:
         ip = ipaddress.ip_address(text)
     except ValueError:
@@ -34,6 +50,8 @@ def parse_address(text: str) -> tuple[int, int]:
 
 def format_address(version: int, value: int) -> str:
     """The canonical text of an address (``ipaddress`` compression for IPv6)."""
+    if version == 4 and 0 <= value <= 0xFFFFFFFF:
+        return f"{value >> 24}.{value >> 16 & 255}.{value >> 8 & 255}.{value & 255}"
     return str(ipaddress.IPv4Address(value) if version == 4 else ipaddress.IPv6Address(value))
 
 
@@ -63,7 +81,7 @@ class Cidr:
         return f"{format_address(self.version, self.network)}/{self.prefix}"
 
 
-@lru_cache(maxsize=65536)
+@lru_cache(maxsize=1 << 18)
 def parse_cidr(text: str) -> Cidr:
     """Parse ``"10.0.0.0/8"``, ``"10.0.0.0/255.0.0.0"`` or a bare host address.
 

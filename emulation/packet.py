@@ -12,7 +12,7 @@ from typing import Literal
 
 from emulation.addr import parse_address
 
-__all__ = ["PROTOCOLS", "Packet", "Protocol"]
+__all__ = ["PROTOCOLS", "Packet", "Protocol", "unchecked_replace"]
 
 Protocol = Literal["tcp", "udp", "sctp", "icmp"]
 PROTOCOLS: tuple[str, ...] = ("tcp", "udp", "sctp", "icmp")
@@ -87,3 +87,27 @@ class Packet:
             mark=0,
             syn=False,
         )
+
+
+def unchecked_replace(
+    packet: Packet, *, src: str, dst: str, sport: int, dport: int, mark: int, out_interface: str | None
+) -> Packet:
+    """A copy of ``packet`` with new header fields, without validating them again.
+
+    For the evaluator, whose values come from a valid packet and validated rules (NAT
+    addresses of the packet's family, ports and marks in range); anyone else should use
+    ``dataclasses.replace``, which validates.
+    """
+    new = object.__new__(Packet)
+    setattr_ = object.__setattr__
+    setattr_(new, "src", src)
+    setattr_(new, "dst", dst)
+    setattr_(new, "sport", sport)
+    setattr_(new, "dport", dport)
+    setattr_(new, "protocol", packet.protocol)
+    setattr_(new, "in_interface", packet.in_interface)
+    setattr_(new, "out_interface", out_interface)
+    setattr_(new, "mark", mark)
+    setattr_(new, "length", packet.length)
+    setattr_(new, "syn", packet.syn)
+    return new

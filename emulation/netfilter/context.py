@@ -84,6 +84,7 @@ class Ctx:
         "hits",
         "hook",
         "iif",
+        "indexed",
         "length",
         "mark",
         "masquerade",
@@ -126,6 +127,7 @@ class Ctx:
         oracle: Callable[[float], bool],
         set_lookup: SetLookup | None,
         tracing: bool,
+        indexed: bool = True,
     ) -> None:
         self.node = node
         self.version = version
@@ -140,6 +142,7 @@ class Ctx:
         self.oracle = oracle
         self.set_lookup = set_lookup
         self.tracing = tracing
+        self.indexed = indexed  # run compiled, indexed chains when not tracing
         self.trace: list[TraceStep] = []
         self.hook = ""
         self.ctstate = "NEW"
@@ -156,7 +159,7 @@ class Ctx:
         self.masquerade = False
         self.uncertain = False
         self.choices = 0
-        self.hits: list[tuple[int, int]] = []  # (rule uid, bytes)
+        self.hits: list[int] = []  # uid of each matched rule; each counts ``length`` bytes
         self.policy_hits: list[tuple[str, str, int]] = []  # (table, chain, bytes)
         self.nth_overlay: dict[int, int] = {}
         self.recent_overlay: dict[str, dict[tuple[int, int], RecentEntry]] = {}

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from emulation.addr import format_address, parse_address, parse_cidr
 from emulation.clock import Clock
@@ -29,11 +29,18 @@ from emulation.netfilter.rules import Ruleset
 from emulation.netfilter.ruleset import Counters, apply_restore, save
 from emulation.netfilter.traverse import run_chain
 from emulation.node import Node
-from emulation.packet import Packet
+from emulation.packet import Packet, unchecked_replace
 
 __all__ = ["Netns", "Outcome"]
 
 _LOOPBACK4 = parse_cidr("127.0.0.0/8")
+
+
+def _loopback(version: int, value: int) -> bool:
+    """``_LOOPBACK4.contains(version, value)``, inlined: in 127.0.0.0/8."""
+    return version == 4 and value >> 24 == 127
+
+
 _PRE = ("mangle", "nat")
 _IN = ("mangle", "filter", "security", "nat")
 _FWD = ("mangle", "filter", "security")
@@ -101,6 +108,11 @@ class Netns:
         clock: seconds for conntrack and ``recent``.
         ruleset: initial rules (default: none, every policy ACCEPT).
         set_lookup: ipset membership for ``-m set`` (``None``: such matches are unknown).
+
+    Attributes:
+        indexed: when tracing is off, run chains compiled and indexed (the default); ``False``
+            walks every rule as written, as a traced packet does. Both give the same outcomes,
+            counters and state; the plain walk is the reference the index is tested against.
     """
 
     def __init__(
@@ -113,6 +125,7 @@ class Netns:
         self.counters = Counters()
         self.dynamic = Dynamic()
         self.conntrack = ConntrackTable(clock)
+        self.indexed = True
 
     # --- rules ---------------------------------------------------------------------------------
 
@@ -130,17 +143,24 @@ class Netns:
 
     def send(self, packet: Packet, rng: random.Random, *, trace: bool = False) -> Outcome:
         """Evaluate one packet, sampling random matches from ``rng``, and commit its effects."""
-        outcome, ctx, commit = self._evaluate(packet, lambda p: rng.random() < p, trace)
-        for uid, nbytes in ctx.hits:
-            c = self.counters.rules.setdefault(uid, [0, 0])
-            c[0] += 1
-            c[1] += nbytes
+        rand = rng.random
+        outcome, ctx, commit = self._evaluate(packet, lambda p: rand() < p, trace)
+        rules, nbytes = self.counters.rules, ctx.length
+        for uid in ctx.hits:
+            c = rules.get(uid)
+            if c is None:
+                rules[uid] = [1, nbytes]
+            else:
+                c[0] += 1
+                c[1] += nbytes
         for tname, cname, nbytes in ctx.policy_hits:
             c = self.counters.policies.setdefault((tname, cname), [0, 0])
             c[0] += 1
             c[1] += nbytes
-        self.dynamic.nth.update(ctx.nth_overlay)
-        self.dynamic.recent.update(ctx.recent_overlay)
+        if ctx.nth_overlay:
+            self.dynamic.nth.update(ctx.nth_overlay)
+        if ctx.recent_overlay:
+            self.dynamic.recent.update(ctx.recent_overlay)
         if commit is not None:
             commit()
         return outcome
@@ -199,16 +219,18 @@ class Netns:
             oracle=oracle,
             set_lookup=self.set_lookup,
             tracing=tracing,
+            indexed=self.indexed,
         )
-        path = _Path(self, ctx, packet)
+        path = _Path(self, ctx, packet, src, dst)
         return path.run()
 
 
 class _Path:
     """One evaluation of one packet (see the module docstring for the order)."""
 
-    def __init__(self, ns: Netns, ctx: Ctx, packet: Packet) -> None:
+    def __init__(self, ns: Netns, ctx: Ctx, packet: Packet, src: int, dst: int) -> None:
         self.ns = ns
+        self.orig_src, self.orig_dst = src, dst
         self.ctx = ctx
         self.packet = packet
         self.rs = ns.ruleset
@@ -225,7 +247,7 @@ class _Path:
         if (
             ctx.iif != "lo"
             and not node.route_localnet
-            and (_LOOPBACK4.contains(ctx.version, ctx.src) or _LOOPBACK4.contains(ctx.version, ctx.dst))
+            and (_loopback(ctx.version, ctx.src) or _loopback(ctx.version, ctx.dst))
         ):
             return self._done("DROP", "none", None, "martian: 127.0.0.0/8 off lo without route_localnet")
         v = self._hook("PREROUTING", ("raw",))
@@ -236,7 +258,7 @@ class _Path:
         if v != "ACCEPT":
             return self._done(v, "none", None, "PREROUTING")
         route = node.route(ctx.version, ctx.dst)
-        if ctx.iif != "lo" and not node.route_localnet and _LOOPBACK4.contains(ctx.version, ctx.dst):
+        if ctx.iif != "lo" and not node.route_localnet and _loopback(ctx.version, ctx.dst):
             return self._done("DROP", "none", None, "martian destination 127.0.0.0/8 after DNAT")
         if route.kind in ("local", "broadcast", "multicast"):
             return self._input()
@@ -269,7 +291,7 @@ class _Path:
             if route.kind not in ("local", "unicast", "broadcast", "multicast"):
                 return self._done("DROP", "none", None, f"re-route: {route.kind}")
             ctx.oif = route.device
-        if route.kind != "local" and not node.route_localnet and _LOOPBACK4.contains(ctx.version, ctx.src):
+        if route.kind != "local" and not node.route_localnet and _loopback(ctx.version, ctx.src):
             return self._done(
                 "DROP", "none", None, "martian: 127.0.0.0/8 source leaving lo without route_localnet"
             )
@@ -309,11 +331,12 @@ class _Path:
     def _hook(self, hook: str, tables: tuple[str, ...]) -> str:
         ctx = self.ctx
         ctx.hook = hook
+        rs_tables = self.rs.tables
         for tname in tables:
-            table = self.rs.tables.get(tname)
             if tname == "nat" and not self.new_flow:
                 self._apply_existing(hook)
                 continue
+            table = rs_tables.get(tname)
             if table is None:
                 continue
             chain = table.chains.get(hook)
@@ -393,17 +416,26 @@ class _Path:
         reason: str,
     ) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
         ctx, p = self.ctx, self.packet
-        final = replace(
-            p,
-            src=format_address(ctx.version, ctx.src),
-            dst=format_address(ctx.version, ctx.dst),
-            sport=ctx.sport,
-            dport=ctx.dport,
-            mark=ctx.mark,
-            out_interface=device,
-            in_interface=p.in_interface,
-        )
-        orig_src, orig_dst = parse_address(p.src)[1], parse_address(p.dst)[1]
+        orig_src, orig_dst = self.orig_src, self.orig_dst
+        if (
+            ctx.src == orig_src
+            and ctx.dst == orig_dst
+            and ctx.sport == p.sport
+            and ctx.dport == p.dport
+            and ctx.mark == p.mark
+            and device == p.out_interface
+        ):
+            final = p
+        else:
+            final = unchecked_replace(
+                p,
+                src=p.src if ctx.src == orig_src else format_address(ctx.version, ctx.src),
+                dst=p.dst if ctx.dst == orig_dst else format_address(ctx.version, ctx.dst),
+                sport=ctx.sport,
+                dport=ctx.dport,
+                mark=ctx.mark,
+                out_interface=device,
+            )
         outcome = Outcome(
             verdict=verdict,
             delivery=delivery,

@@ -12,7 +12,8 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from emulation.netfilter.matches import AddressMatch, Match, Multiport, Ports, ProtoMatch
+from emulation.netfilter.compile import ChainIndex, CompiledChain, dispatch_keys
+from emulation.netfilter.matches import Match
 from emulation.netfilter.targets import Target
 
 __all__ = ["BUILTIN_CHAINS", "TABLE_ORDER", "Chain", "Rule", "Ruleset", "Table", "new_uid"]
@@ -80,56 +81,7 @@ class Rule:
 
         Used to index chains; either part is ``None`` when the rule has no such exact test.
         """
-        dst = None
-        proto = None
-        dport = None
-        for m in self.basic:
-            if isinstance(m, AddressMatch) and m.side == "d" and not m.negated and m.cidr.is_host:
-                dst = (m.cidr.version, m.cidr.network)
-            if isinstance(m, ProtoMatch) and not m.negated and m.proto in ("tcp", "udp", "sctp"):
-                proto = m.proto
-        for m in self.matches:
-            if isinstance(m, Ports) and m.dport and not m.dport_neg and m.dport[0] == m.dport[1]:
-                dport = m.dport[0]
-                proto = m.proto
-            if isinstance(m, Multiport):
-                dport = None
-                break
-        return dst, ((proto, dport) if proto is not None and dport is not None else None)
-
-
-@dataclass(frozen=True, slots=True)
-class ChainIndex:
-    """Candidate rule positions per exact destination (or per protocol and port).
-
-    ``by_key[key]`` lists, in order, every rule that could match a packet with that key
-    (rules keyed on it plus every rule with no key); ``fallback`` is for other packets.
-    """
-
-    kind: str  # "dst" or "dport"
-    by_key: Mapping[object, tuple[int, ...]]
-    fallback: tuple[int, ...]
-
-
-_MAX_GENERIC = 32
-_MIN_INDEXED = 16
-
-
-def _build_index(rules: tuple[Rule, ...]) -> ChainIndex | None:
-    if len(rules) < _MIN_INDEXED:
-        return None
-    keys = [r.dispatch_keys() for r in rules]
-    for kind, pos in (("dst", 0), ("dport", 1)):
-        generic = tuple(i for i, k in enumerate(keys) if k[pos] is None)
-        if len(generic) > _MAX_GENERIC or len(generic) * 2 > len(rules):
-            continue
-        buckets: dict[object, list[int]] = {}
-        for i, k in enumerate(keys):
-            if k[pos] is not None:
-                buckets.setdefault(k[pos], []).append(i)
-        by_key = {key: tuple(sorted((*idx, *generic))) for key, idx in buckets.items()}
-        return ChainIndex(kind, by_key, generic)
-    return None
+        return dispatch_keys(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,10 +92,21 @@ class Chain:
     policy: str | None = None
     rules: tuple[Rule, ...] = ()
     counters: tuple[int, int] = field(default=(0, 0), compare=False)
-    index: ChainIndex | None = field(default=None, compare=False, repr=False, init=False)
+    _compiled: CompiledChain | None = field(default=None, compare=False, repr=False, init=False)
+    _seen: bool = field(default=False, compare=False, repr=False, init=False)  # walked once untraced
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "index", _build_index(self.rules))
+    def compiled(self) -> CompiledChain:
+        """The rules compiled for the indexed evaluator (built on first use, then cached)."""
+        c = self._compiled
+        if c is None:
+            c = CompiledChain(self.rules)
+            object.__setattr__(self, "_compiled", c)
+        return c
+
+    @property
+    def index(self) -> ChainIndex | None:
+        """The chain's dispatch index, or ``None`` when it is walked rule by rule."""
+        return self.compiled().index
 
     @property
     def builtin(self) -> bool:

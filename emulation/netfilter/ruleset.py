@@ -10,10 +10,13 @@ rulesets are immutable the caller's state is untouched.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from emulation.errors import NetfilterError
-from emulation.netfilter.parse import Line, parse_lines, parse_rule
+from emulation.netfilter.parse import Command, Line, iter_commands, parse_rule
 from emulation.netfilter.rules import BUILTIN_CHAINS, TABLE_ORDER, Chain, Rule, Ruleset, Table, chain_order
 from emulation.netfilter.targets import Jump
 
@@ -88,7 +91,7 @@ class _Tx:
         )
 
 
-def _fail(line: Line, message: str) -> NetfilterError:
+def _fail(line: Line | Command, message: str) -> NetfilterError:
     return NetfilterError(message, line=line.number, text=line.text)
 
 
@@ -101,7 +104,10 @@ def _references(chains: dict[str, Chain | _Draft], name: str) -> list[str]:
     ]
 
 
-def _apply_line(tx: _Tx, line: Line, noflush: bool) -> None:
+def _apply_line(tx: _Tx, line: Line | Command, noflush: bool) -> None:
+    if line.kind == "rule":
+        _apply_rule(tx, line)
+        return
     if line.kind == "table":
         chains = tx.chains(line.table)
         if not noflush:
@@ -157,7 +163,12 @@ def _apply_line(tx: _Tx, line: Line, noflush: bool) -> None:
                 if name not in builtin:
                     del chains[name]
         return
-    # rules
+
+
+def _apply_rule(tx: _Tx, line: Line | Command) -> None:
+    chains = tx.chains(line.table)
+    builtin = BUILTIN_CHAINS[line.table]
+    counters = line.counters if tx.counters else (0, 0)
     if line.chain not in chains:
         raise _fail(
             line, f"no chain {line.chain!r} in table {line.table} (declare it with :{line.chain} - [0:0])"
@@ -220,10 +231,41 @@ def apply_restore(
     Raises:
         NetfilterError: naming the failing line; ``state`` stays valid and unchanged.
     """
-    tx = _Tx(state, strict, counters)
-    for line in parse_lines(text):
-        _apply_line(tx, line, noflush)
-    return Ruleset(state.version, {n: tx.freeze(n) for n in TABLE_ORDER if n in tx.tables})
+    with _gc_paused(large=len(text) >= _LARGE_INPUT_CHARS):
+        tx = _Tx(state, strict, counters)
+        for line in iter_commands(text):
+            _apply_line(tx, line, noflush)
+        return Ruleset(state.version, {n: tx.freeze(n) for n in TABLE_ORDER if n in tx.tables})
+
+
+#: An input this long (about 50,000 rules) makes enough objects to be worth a collection.
+_LARGE_INPUT_CHARS = 4_000_000
+
+
+@contextmanager
+def _gc_paused(*, large: bool) -> Iterator[None]:
+    """Pause the cyclic garbage collector while a ruleset is built.
+
+    A large restore allocates millions of objects that all live on (rules, matches, chains);
+    each automatic collection on the way would walk every one of them again, which made a
+    430,000-line load take about a third longer. The collector resumes (if it was on) when the
+    restore returns or fails. After a ``large`` one, a single full collection moves the new
+    objects to the oldest generation at once; left to itself the collector would walk them
+    three times (young, middle, old) during the first packets instead.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+            if large:
+                gc.collect()
+                # The ruleset lives on: keep later collections from walking its millions of
+                # objects again and again (that roughly halved new-flow throughput at 10,000
+                # Services). Frozen objects are still freed by reference counting.
+                gc.freeze()
 
 
 def load(text: str, *, version: int = 4, strict: bool = False) -> Ruleset:

@@ -18,44 +18,39 @@ __all__ = ["quote", "split_words"]
 _BARE = re.compile(r"[A-Za-z0-9_\-]+")
 
 
+_QUOTED_OR_BARE = re.compile(r'([^ \t\r\n"]*)"((?:[^"\\]|\\.)*)"|[^ \t\r\n"]+', re.DOTALL)
+_ESCAPE = re.compile(r"\\(.)", re.DOTALL)
+
+
 def split_words(line: str) -> list[str]:
     """Split one restore line into words.
+
+    Words are separated by spaces, tabs, CR and LF. A double quote starts a quoted part that
+    runs to the next unescaped double quote (``\\`` escapes any character inside) and ends
+    the word there: ``a"b c"d`` is the two words ``ab c`` and ``d``.
 
     Raises:
         NetfilterError: an unterminated double quote.
     """
+    if '"' not in line:
+        if line.isascii() and line.isprintable():
+            return line.split()  # no tab, CR, LF nor the other separators str.split knows
+        if "\t" in line or "\r" in line or "\n" in line:
+            line = line.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+        return [w for w in line.split(" ") if w]
     words: list[str] = []
-    buf: list[str] = []
-    in_word = False
-    quoted = False
-    escaped = False
-    for ch in line:
-        if quoted:
-            if escaped:
-                buf.append(ch)
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                quoted = False
-                words.append("".join(buf))
-                buf, in_word = [], False
-            else:
-                buf.append(ch)
-            continue
-        if ch == '"':
-            quoted, in_word = True, True
-        elif ch in " \t\r\n":
-            if in_word:
-                words.append("".join(buf))
-                buf, in_word = [], False
+    end = 0
+    for m in _QUOTED_OR_BARE.finditer(line):
+        if '"' in line[end : m.start()]:
+            raise NetfilterError("unterminated double quote")
+        end = m.end()
+        inner = m.group(2)
+        if inner is None:
+            words.append(m.group(0))
         else:
-            buf.append(ch)
-            in_word = True
-    if quoted:
+            words.append(m.group(1) + (_ESCAPE.sub(r"\1", inner) if "\\" in inner else inner))
+    if '"' in line[end:]:
         raise NetfilterError("unterminated double quote")
-    if in_word:
-        words.append("".join(buf))
     return words
 
 

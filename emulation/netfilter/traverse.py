@@ -7,26 +7,35 @@ descends, a goto replaces the current chain, RETURN (or falling off the end) goe
 caller, and a built-in chain then applies its policy. A match that evaluates to "unknown"
 makes the rule not taken, flags the outcome as uncertain and shows in the trace.
 
-Without tracing, a chain's index (see ``ChainIndex``) skips rules that cannot match the
-packet's destination; those rules would fail their basic match before any module runs, so
-verdicts, counters and side effects are exactly those of the full walk.
+Two walks share these semantics. The plain walk tests every rule's match values as written
+(``Match.test``) and is the one that traces. The indexed walk, used when tracing is off,
+runs each chain's compiled rules (see :mod:`emulation.netfilter.compile`) and only the
+candidates its index gives for the packet; the rules it leaves out are ones whose match is
+known to fail, and the kernel counts only matched rules, so its verdicts, counters and side
+effects are exactly those of the plain walk (an equivalence property tests this).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from emulation.errors import NetfilterError
+from emulation.netfilter.compile import APPLY, COUNT, GOTO, JUMP, MIN_INDEXED, VERDICT
 from emulation.netfilter.context import Ctx, TraceStep
 from emulation.netfilter.rules import Chain, Table
-from emulation.netfilter.targets import CONTINUE
+from emulation.netfilter.targets import CONTINUE, Verdict
 
 __all__ = ["run_chain"]
 
 MAX_DEPTH = 64
+_Walk = Callable[[Ctx, Table, Chain, int], "str | None"]
 
 
 def run_chain(ctx: Ctx, table: Table, chain: Chain) -> str:
     """Run built-in ``chain`` of ``table``: return ACCEPT, DROP or REJECT (policy included)."""
-    verdict = _walk(ctx, table, chain, 0)
+    verdict = (
+        _walk(ctx, table, chain, 0) if ctx.tracing or not ctx.indexed else _walk_indexed(ctx, table, chain, 0)
+    )
     if verdict is None or verdict == "RETURN":
         ctx.policy_hits.append((table.name, chain.name, ctx.length))
         policy = chain.policy or "ACCEPT"
@@ -47,18 +56,72 @@ def run_chain(ctx: Ctx, table: Table, chain: Chain) -> str:
     return verdict
 
 
-def _walk(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | None:
+def _walk_indexed(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | None:
+    if depth > MAX_DEPTH:
+        raise NetfilterError(f"chain nesting deeper than {MAX_DEPTH} at {table.name}/{chain.name}: a loop?")
+    compiled = chain._compiled
+    if compiled is None and len(chain.rules) < MIN_INDEXED and not chain._seen:
+        # A short chain's first visit walks it as written (compiling costs about as much as
+        # one walk, and at 10,000 Services most chains are met once); the next one compiles.
+        object.__setattr__(chain, "_seen", True)
+        return _walk(ctx, table, chain, depth, _walk_indexed)
+    if compiled is None:
+        compiled = chain.compiled()
+    seq = compiled.rules
+    if seq is None:
+        seq = compiled.candidates(ctx)
+    hits = ctx.hits
+    for uid, test, code, arg in seq:
+        if test is not None:
+            res = test(ctx)
+            if res is not True:
+                if res is None:
+                    ctx.uncertain = True
+                continue
+        hits.append(uid)
+        if code == JUMP:
+            sub = _walk_indexed(ctx, table, table.chains[arg], depth + 1)  # type: ignore[index]
+            if sub is None or sub == "RETURN":
+                continue
+            return sub
+        if code == VERDICT:
+            return arg  # type: ignore[return-value]
+        if code == COUNT:
+            continue
+        if code == GOTO:
+            sub = _walk_indexed(ctx, table, table.chains[arg], depth + 1)  # type: ignore[index]
+            return None if sub is None or sub == "RETURN" else sub
+        assert code == APPLY
+        verdict: Verdict = arg(ctx)  # type: ignore[operator]
+        if verdict == CONTINUE:
+            continue
+        if isinstance(verdict, tuple):
+            kind, name = verdict
+            sub = _walk_indexed(ctx, table, table.chains[name], depth + 1)
+            if kind == "GOTO":
+                return None if sub in (None, "RETURN") else sub
+            if sub is None or sub == "RETURN":
+                continue
+            return sub
+        return verdict
+    return None
+
+
+def _walk(
+    ctx: Ctx,
+    table: Table,
+    chain: Chain,
+    depth: int,
+    descend: _Walk | None = None,
+    positions: Sequence[int] | None = None,
+) -> str | None:
+    """The plain walk: the rules at ``positions`` (default: every rule) as written; traces when
+    asked to. Jumps go to ``descend`` (default: this walk)."""
+    sub_walk = descend or _walk
     if depth > MAX_DEPTH:
         raise NetfilterError(f"chain nesting deeper than {MAX_DEPTH} at {table.name}/{chain.name}: a loop?")
     rules = chain.rules
-    ix = chain.index
-    if ix is None or ctx.tracing:
-        seq: range | tuple[int, ...] = range(len(rules))
-    elif ix.kind == "dst":
-        seq = ix.by_key.get((ctx.version, ctx.dst), ix.fallback)
-    else:
-        seq = ix.by_key.get((ctx.proto, ctx.dport), ix.fallback)
-    for i in seq:
+    for i in range(len(rules)) if positions is None else positions:
         rule = rules[i]
         uid = rule.uid
         res: bool | None = True
@@ -77,7 +140,7 @@ def _walk(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | None:
             if ctx.tracing:
                 _trace(ctx, table, chain, i, "unknown" if res is None else "nomatch", "")
             continue
-        ctx.hits.append((uid, ctx.length))
+        ctx.hits.append(uid)
         target = rule.target
         if target is None:
             if ctx.tracing:
@@ -90,7 +153,7 @@ def _walk(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | None:
             continue
         if isinstance(verdict, tuple):
             kind, name = verdict
-            sub = _walk(ctx, table, table.chains[name], depth + 1)
+            sub = sub_walk(ctx, table, table.chains[name], depth + 1)
             if kind == "GOTO":
                 return None if sub in (None, "RETURN") else sub
             if sub is None or sub == "RETURN":
