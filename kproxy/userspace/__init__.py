@@ -3,7 +3,8 @@
 :class:`UserspaceProxy` is the entry point: ``await proxy.apply(snapshot)`` on every sync,
 ``await proxy.aclose(drain_timeout_s)`` at the end. The rest is exported for the equivalence
 checks (:class:`RoundRobinBalancer`), for tools that print where Services listen
-(:func:`allocate_addresses`, :class:`AddressEntry`) and for metrics (the stats classes).
+(:func:`allocate_addresses`, :class:`AddressEntry`), for start-up checks of the flags
+(:func:`check_bind_address`, :func:`check_loopback_block`) and for metrics (the stats classes).
 """
 
 from kproxy.userspace.addresses import (
@@ -11,6 +12,9 @@ from kproxy.userspace.addresses import (
     ListenPlan,
     allocate_addresses,
     bind_socket,
+    bind_sockets,
+    check_bind_address,
+    check_loopback_block,
     plan_listen,
     split_host_port,
 )
@@ -35,6 +39,9 @@ __all__ = [
     "UserspaceProxy",
     "allocate_addresses",
     "bind_socket",
+    "bind_sockets",
+    "check_bind_address",
+    "check_loopback_block",
     "plan_listen",
     "split_host_port",
 ]

@@ -4,15 +4,26 @@ Theory of operation: this is kube-proxy's legacy userspace ``roundrobin.go`` (``
 reduced to one service port and stripped of I/O, locks and clocks.
 
 * ``endpoints`` is an ordered tuple of ``ip:port`` strings and ``index`` the next one to hand out.
+  The order is a fixed total order over *all* possible endpoints (see "Order"), so the rotation
+  has a position that survives changes: the key of the endpoint handed out last.
 * With affinity on (``affinity_ttl_s`` not None) an affinity map ``{client_ip: (endpoint,
   last_used_s)}`` pins a client to the endpoint it got last, while ``now_s - last_used_s < ttl``;
   every hit refreshes ``last_used_s``. Expiry is lazy on lookup, plus :meth:`cleanup_stale_affinity`
   (kube-proxy's ``CleanupStaleStickySessions``, run on every sync).
-* On an endpoint-set change the entries whose endpoint left are dropped (``removeStaleAffinity``)
-  and ``index`` is reset to 0; an empty set wipes the whole map (``resetService``).
+* On an endpoint-set change the entries whose endpoint left are dropped (``removeStaleAffinity``);
+  an empty set wipes the whole map (``resetService``). The rotation then *continues* with the first
+  endpoint after the one handed out last, in the new order (whether or not that one is still
+  there). kube-proxy reset ``index`` to 0 and relied on its reshuffle to spread load; with a
+  deterministic order a reset would send every pick after each change to the same first endpoint
+  (one flapping endpoint starved the rest). Continuing instead means the rotation never skips an
+  endpoint: between two picks of an endpoint that stays present, every other pick is a distinct
+  endpoint, so it is picked at least once in any window of as many picks as there were distinct
+  endpoints in the window.
 * Order: kube-proxy shuffled the list (``ShuffleStrings``) on every change. Here the order is the
-  endpoints sorted by address unless a ``random.Random`` is injected, in which case it is shuffled
-  with it. Sorted order keeps tests and the cross-mode equivalence checks deterministic.
+  endpoints sorted by address unless a ``random.Random`` is injected; then it is sorted by a keyed
+  hash (a seed drawn once from the Random), a shuffle that stays the same across changes, so that
+  balancers of different proxies start at different endpoints while the rotation above still
+  holds. Sorted order keeps tests and the cross-mode equivalence checks deterministic.
 
 Time is always an argument (float seconds from any monotonic clock); nothing here reads a clock.
 The balancer also keeps per-endpoint active-connection counts for the relays (acquire/release);
@@ -21,6 +32,8 @@ counts for an endpoint that left survive until its last connection is released.
 
 from __future__ import annotations
 
+import bisect
+import hashlib
 import random
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -44,14 +57,16 @@ class RoundRobinBalancer:
         affinity_ttl_s: ClientIP affinity timeout in seconds; None turns affinity off; 0 means
             :data:`DEFAULT_AFFINITY_TTL_S`, as roundrobin.go did.
         name: a label for error messages (the ServicePortName text).
-        rng: when given, endpoint order is shuffled with it on every change (as kube-proxy's
-            ``ShuffleStrings``); otherwise the order is sorted by address.
+        rng: when given, one seed is drawn from it and the endpoint order is a keyed-hash shuffle
+            (kube-proxy's ``ShuffleStrings``, but the same across changes); otherwise the order
+            is sorted by address.
 
     Raises:
         InvalidArgument: ``affinity_ttl_s`` is negative.
     """
 
-    __slots__ = ("_affinity", "_connections", "_endpoints", "_index", "_name", "_rng", "_ttl_s")
+    __slots__ = ("_affinity", "_connections", "_endpoints", "_index", "_keys", "_last_key", "_name", "_seed",
+                 "_ttl_s")
 
     def __init__(
         self,
@@ -62,11 +77,13 @@ class RoundRobinBalancer:
         rng: random.Random | None = None,
     ) -> None:
         self._name = name
-        self._rng = rng
+        self._seed: bytes | None = None if rng is None else rng.getrandbits(128).to_bytes(16, "big")
         self._ttl_s: float | None = None
         self._affinity: dict[str, tuple[str, float]] = {}
         self._connections: dict[str, int] = {}
         self._endpoints: tuple[str, ...] = ()
+        self._keys: tuple[str | bytes, ...] = ()  # the sort key of each endpoint, ascending
+        self._last_key: str | bytes | None = None  # the key of the endpoint handed out last
         self._index = 0
         self.set_affinity(affinity_ttl_s)
         self.update(endpoints)
@@ -109,8 +126,9 @@ class RoundRobinBalancer:
         """Replace the endpoint set (kube-proxy's ``OnEndpointsUpdate``).
 
         Nothing happens when the *set* is unchanged. Otherwise affinity entries pointing at an
-        endpoint that left are dropped, the order is recomputed and the index reset to 0. An
-        empty set also wipes the affinity map (``resetService``).
+        endpoint that left are dropped and the rotation continues with the first endpoint, in the
+        new order, after the one handed out last. An empty set also wipes the affinity map
+        (``resetService``).
 
         Args:
             endpoints: ``ip:port`` strings.
@@ -118,21 +136,31 @@ class RoundRobinBalancer:
         Returns:
             True when the set changed.
         """
-        new = sorted(set(endpoints))
-        if set(new) == set(self._endpoints):
+        new = set(endpoints)
+        if new == set(self._endpoints):
             return False
         if not new:
             self._affinity.clear()
         else:
-            keep = set(new)
             for client, (ep, _) in list(self._affinity.items()):
-                if ep not in keep:
+                if ep not in new:
                     del self._affinity[client]
-            if self._rng is not None:
-                self._rng.shuffle(new)
-        self._endpoints = tuple(new)
-        self._index = 0
+        ordered = sorted((self._key(ep), ep) for ep in new)
+        self._keys = tuple(k for k, _ in ordered)
+        self._endpoints = tuple(ep for _, ep in ordered)
+        self._index = self._resume_index()
         return True
+
+    def _key(self, endpoint: str) -> str | bytes:
+        if self._seed is None:
+            return endpoint
+        return hashlib.blake2b(endpoint.encode(), key=self._seed, digest_size=16).digest()
+
+    def _resume_index(self) -> int:
+        """The position of the first endpoint after the one handed out last (0 when none was)."""
+        if self._last_key is None or not self._keys:
+            return 0
+        return bisect.bisect_right(self._keys, self._last_key) % len(self._keys)
 
     def next_endpoint(self, client_ip: str, now_s: float, reset_affinity: bool = False) -> str:
         """Choose the endpoint for a new connection or flow (roundrobin.go ``NextEndpoint``).
@@ -159,8 +187,10 @@ class RoundRobinBalancer:
             if held is not None and now_s - held[1] < ttl:
                 self._affinity[client_ip] = (held[0], now_s)
                 return held[0]
-        chosen = self._endpoints[self._index % len(self._endpoints)]
-        self._index = (self._index + 1) % len(self._endpoints)
+        index = self._index % len(self._endpoints)
+        chosen = self._endpoints[index]
+        self._last_key = self._keys[index]
+        self._index = (index + 1) % len(self._endpoints)
         if ttl is not None:
             self._affinity[client_ip] = (chosen, now_s)
         return chosen

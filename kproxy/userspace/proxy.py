@@ -7,26 +7,35 @@ Theory of operation. kube-proxy's userspace ``proxier.go`` ``mergeService`` in o
   listener closed (open TCP connections stay; UDP sessions end, as in the legacy proxier);
 * a port that is new gets an address (:mod:`kproxy.userspace.addresses`), a bound socket, a
   balancer and a listener; a port that fails to bind is logged and retried on the next apply,
-  and never stops the others;
+  and never stops the others. New ports of one ClusterIP and port number are bound together, so
+  TCP and UDP share one port also when it falls back (a warning names the service, the wanted port
+  and the port used); a port added beside a served sibling tries the sibling's port first;
 * a port that stayed has its balancer updated in place (endpoints, affinity timeout), so its
   listener and connections are untouched, where the legacy proxier tore listeners down on any
-  config change.
+  config change;
+* a port without endpoints refuses as kube-proxy's REJECT rule does: its TCP port is held but not
+  listening (connect() gets ECONNREFUSED) and its UDP socket is closed (ICMP port unreachable);
+  see :mod:`kproxy.userspace.tcp` and :mod:`kproxy.userspace.udp`. The UDP socket is re-bound
+  when endpoints return, on another port if its own was taken meanwhile; the address table
+  always shows the port in use;
 * SCTP ports are logged and skipped: the userspace mode never served SCTP.
 
 After every apply that changed it, the address table (where each port listens) is logged through
 structlog and, when ``address_map_path`` is set, written atomically (temp file + ``os.replace``)
-as a JSON list of ``{"service", "protocol", "cluster_ip", "port", "listen"}`` dicts.
+as a JSON list of ``{"service", "protocol", "cluster_ip", "port", "listen"}`` dicts, mode 0644
+less the process umask (readable by the tools that look Services up).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
-import tempfile
+import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from types import TracebackType
 
@@ -36,7 +45,14 @@ from kproxy.errors import ConfigError, InvalidArgument, InvalidTransition, Kprox
 from kproxy.model.names import IPFamily, Protocol, ServicePortName, join_host_port
 from kproxy.model.snapshot import ServicePortInfo, Snapshot
 from kproxy.userspace._tasks import TaskOwner
-from kproxy.userspace.addresses import DEFAULT_LOOPBACK_BLOCK, allocate_addresses, bind_socket, plan_listen
+from kproxy.userspace.addresses import (
+    DEFAULT_LOOPBACK_BLOCK,
+    ListenPlan,
+    allocate_addresses,
+    bind_sockets,
+    parse_bind_address,
+    plan_listen,
+)
 from kproxy.userspace.balancer import RoundRobinBalancer
 from kproxy.userspace.tcp import (
     DEFAULT_DIAL_TIMEOUTS_S,
@@ -77,7 +93,13 @@ class AddressEntry:
 class _Served:
     identity: tuple[str, int, Protocol]
     listener: TcpListener | UdpListener
-    entry: AddressEntry
+    service: str
+
+    @property
+    def entry(self) -> AddressEntry:
+        cluster_ip, port, protocol = self.identity
+        return AddressEntry(service=self.service, protocol=str(protocol), cluster_ip=cluster_ip, port=port,
+                            listen=join_host_port(*self.listener.address))
 
 
 class UserspaceProxy:
@@ -89,8 +111,9 @@ class UserspaceProxy:
     Use ``async with UserspaceProxy(...) as proxy:`` or call :meth:`aclose` when done.
 
     Args:
-        bind_address: one address for every service port, each on a free port; None gives each
-            IPv4 Service its own loopback address (IPv6: ``::1``) and its own port numbers.
+        bind_address: one specific address for every service port, each on a free port; None
+            gives each IPv4 Service its own loopback address (IPv6: ``::1``) and its own port
+            numbers. Check at start-up that it can be bound with :func:`check_bind_address`.
         loopback_block: the IPv4 CIDR the per-Service addresses come from.
         address_map_path: where to write the address table as JSON on every change, or None.
         udp_idle_timeout_s: seconds of silence after which a UDP session closes.
@@ -99,7 +122,9 @@ class UserspaceProxy:
             ``EndpointDialTimeouts``); a failed attempt tries the next endpoint.
 
     Raises:
-        ConfigError: ``loopback_block`` is not an IPv4 CIDR.
+        ConfigError: ``loopback_block`` is not an IPv4 CIDR, or ``bind_address`` is not an IP
+            address or is a wildcard (``0.0.0.0``, ``::``), which cannot answer UDP from the
+            address the client used.
         InvalidArgument: ``dial_timeouts_s`` is empty or not all positive, or
             ``udp_idle_timeout_s`` is not positive.
     """
@@ -119,7 +144,7 @@ class UserspaceProxy:
         if not udp_idle_timeout_s > 0:
             raise InvalidArgument(f"udp_idle_timeout_s must be > 0 seconds, got {udp_idle_timeout_s=}")
         allocate_addresses((), block=loopback_block)  # validates the block eagerly
-        self._bind_address = bind_address
+        self._bind_address = None if bind_address is None else parse_bind_address(bind_address)
         self._block = loopback_block
         self._map_path = os.fspath(address_map_path) if address_map_path is not None else None
         self._udp_idle_timeout_s = float(udp_idle_timeout_s)
@@ -171,19 +196,20 @@ class UserspaceProxy:
                 self._served.pop(key).listener.close()
             self._allocate(wanted.values())
             now_s = self._clock()
+            fresh: list[ServicePortInfo] = []
             for key, info in wanted.items():
                 served = self._served.get(key)
-                if served is not None:
-                    served.listener.balancer.set_affinity(info.session_affinity_timeout_s)
-                    served.listener.set_endpoints(info.internal_endpoints)
-                    served.listener.balancer.cleanup_stale_affinity(now_s)
+                if served is None:
+                    fresh.append(info)
                     continue
-                try:
-                    self._served[key] = await self._open(info)
-                except (OSError, KproxyError) as exc:
-                    _log.error("cannot serve service port", service=str(info.name),
-                               protocol=str(info.protocol), cluster_ip=info.cluster_ip, port=info.port,
-                               error=str(exc) or type(exc).__name__)
+                served.listener.balancer.set_affinity(info.session_affinity_timeout_s)
+                await served.listener.set_endpoints(info.internal_endpoints)
+                served.listener.balancer.cleanup_stale_affinity(now_s)
+            held = {s.identity[:2]: s.listener.address[1] for s in self._served.values()}
+            for group in _port_groups(fresh):
+                ports = await self._open_group(group, held.get((group[0].cluster_ip, group[0].port)))
+                if ports:
+                    held.setdefault((group[0].cluster_ip, group[0].port), ports[0])
             self._publish()
 
     def _allocate(self, infos: Iterable[ServicePortInfo]) -> None:
@@ -195,15 +221,53 @@ class UserspaceProxy:
         except ConfigError as exc:
             _log.error("cannot allocate loopback addresses", error=str(exc))
 
-    async def _open(self, info: ServicePortInfo) -> _Served:
-        plan = plan_listen(cluster_ip=info.cluster_ip, port=info.port,
-                           bind_address=self._bind_address, loopback=self._loopback)
-        sock = bind_socket(plan, info.protocol)
+    async def _open_group(self, infos: Sequence[ServicePortInfo], sibling_port: int | None) -> list[int]:
+        """Bind and serve the new ports of one ClusterIP and port number (one per protocol) on one port.
+
+        Args:
+            infos: the new ports, one per protocol, of one ClusterIP and port number.
+            sibling_port: the port a served port of the same ClusterIP and number (another
+                protocol) listens on, tried first; None when there is none.
+
+        Returns:
+            The ports now served (empty when binding failed; the failure is logged).
+        """
+        first = infos[0]
+        try:
+            plan = plan_listen(cluster_ip=first.cluster_ip, port=first.port,
+                               bind_address=self._bind_address, loopback=self._loopback)
+            if sibling_port is not None:
+                plan = ListenPlan(ip=plan.ip, port=sibling_port, fallback=True)
+            socks = bind_sockets(plan, [i.protocol for i in infos])
+        except (OSError, KproxyError) as exc:
+            for info in infos:
+                _log_cannot_serve(info, exc)
+            return []
+        served: list[int] = []
+        try:
+            for info in infos:
+                sock = socks.pop(info.protocol)
+                got = int(sock.getsockname()[1])
+                if plan.fallback and got != info.port:
+                    _log.warning("service port fell back to a free port", service=str(info.name),
+                                 protocol=str(info.protocol), wanted_port=info.port, port=got, ip=plan.ip)
+                try:
+                    self._served[(info.family, info.name)] = await self._open(info, sock)
+                except (OSError, KproxyError) as exc:
+                    _log_cannot_serve(info, exc)
+                else:
+                    served.append(got)
+        finally:
+            for sock in socks.values():
+                sock.close()
+        return served
+
+    async def _open(self, info: ServicePortInfo, sock: socket.socket) -> _Served:
+        """Serve ``info`` on the bound ``sock`` (owned from here on, closed on failure)."""
         name = str(info.name)
         balancer = RoundRobinBalancer(affinity_ttl_s=info.session_affinity_timeout_s, name=name)
         listener: TcpListener | UdpListener
         try:
-            host, port = sock.getsockname()[:2]
             if info.protocol is Protocol.TCP:
                 listener = TcpListener(name=name, balancer=balancer, clock=self._clock,
                                        dial_timeouts_s=self._dial_timeouts_s, registry=self._registry,
@@ -211,14 +275,12 @@ class UserspaceProxy:
             else:
                 listener = UdpListener(name=name, balancer=balancer, clock=self._clock,
                                        idle_timeout_s=self._udp_idle_timeout_s, tasks=self._tasks)
-            listener.set_endpoints(info.internal_endpoints)
+            await listener.set_endpoints(info.internal_endpoints)
             await listener.start(sock)
         except BaseException:
             sock.close()
             raise
-        entry = AddressEntry(service=name, protocol=str(info.protocol), cluster_ip=info.cluster_ip,
-                             port=info.port, listen=join_host_port(host, port))
-        return _Served(identity=_identity(info), listener=listener, entry=entry)
+        return _Served(identity=_identity(info), listener=listener, service=name)
 
     # -- the address table ---------------------------------------------------------------
 
@@ -275,10 +337,11 @@ class UserspaceProxy:
     # -- shutdown ------------------------------------------------------------------------
 
     async def aclose(self, drain_timeout_s: float) -> None:
-        """Stop accepting, let open TCP connections finish for up to ``drain_timeout_s``, abort the rest.
+        """Stop accepting, let open TCP connections finish for up to ``drain_timeout_s``, reset the rest.
 
         Every listener closes at once (UDP sessions end with it); dials in progress are cancelled
-        and their clients reset. Idempotent.
+        and their clients reset. Connections left when the timeout ends are reset on both sides (a
+        RST, so neither peer mistakes the cut for a complete exchange). Idempotent.
 
         Args:
             drain_timeout_s: seconds to wait for open TCP connections to end on their own.
@@ -308,9 +371,47 @@ def _identity(info: ServicePortInfo) -> tuple[str, int, Protocol]:
     return (info.cluster_ip, info.port, info.protocol)
 
 
+def _port_groups(infos: Iterable[ServicePortInfo]) -> list[list[ServicePortInfo]]:
+    """``infos`` grouped by (family, ClusterIP, port number), at most one port per protocol a group."""
+    groups: dict[tuple[IPFamily, str, int], list[list[ServicePortInfo]]] = {}
+    for info in infos:
+        chains = groups.setdefault((info.family, info.cluster_ip, info.port), [])
+        for group in chains:
+            if all(g.protocol is not info.protocol for g in group):
+                group.append(info)
+                break
+        else:
+            chains.append([info])
+    return [group for chains in groups.values() for group in chains]
+
+
+def _log_cannot_serve(info: ServicePortInfo, exc: BaseException) -> None:
+    _log.error("cannot serve service port", service=str(info.name), protocol=str(info.protocol),
+               cluster_ip=info.cluster_ip, port=info.port, error=str(exc) or type(exc).__name__)
+
+
+#: Mode of the address map file, less the process umask (applied by open(2)): world-readable.
+ADDRESS_MAP_MODE = 0o644
+
+
 def _write_atomically(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` through a temp file in the same directory and ``os.replace``.
+
+    The temp file is created with :data:`ADDRESS_MAP_MODE` (the kernel removes the umask bits),
+    where ``mkstemp`` would give 0600 and hide the map from other users.
+    """
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".kproxy-addresses-", suffix=".tmp", dir=directory)
+    base = os.path.basename(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for attempt in itertools.count():
+        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{attempt}.tmp")
+        try:
+            fd = os.open(tmp, flags, ADDRESS_MAP_MODE)
+        except FileExistsError:  # left over by a crashed process with the same pid
+            if attempt >= 100:
+                raise
+            continue
+        break
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)

@@ -2,10 +2,18 @@
 
 Theory of operation (kube-proxy's userspace ``proxysocket.go``, with its known faults fixed):
 
-1. The listener accepts. A client with no endpoint to go to is reset at once (SO_LINGER 0,
-   then close) so it never hangs. Otherwise the client transport stops reading and a dial task
-   starts, so a slow dial never stalls other accepts (the legacy proxier dialled on the accept
-   goroutine; see its TODO in ``ProxyLoop``).
+0. The listener owns two sockets on its ``ip:port``: a *holder*, bound (SO_REUSEADDR) and never
+   listening, that keeps the port reserved for the Service for the listener's whole life; and,
+   only while the balancer has endpoints, a *listening* socket bound to the same ``ip:port``
+   (Linux lets a SO_REUSEADDR socket bind and listen beside a bound, non-listening one). With no
+   endpoints nothing listens, so a SYN gets a RST and the client's connect() fails with
+   ECONNREFUSED at once, as kube-proxy's REJECT rule for a Service without endpoints does. The
+   listening socket is opened and closed as endpoints come and go; connections already accepted
+   are not affected, and a failure to listen is logged and retried on the next endpoint update.
+1. The listener accepts. A client accepted just as the last endpoint left is reset at once
+   (SO_LINGER 0, then close) so it never hangs. Otherwise the client transport stops reading and
+   a dial task starts, so a slow dial never stalls other accepts (the legacy proxier dialled on
+   the accept goroutine; see its TODO in ``ProxyLoop``).
 2. The dial asks the balancer for an endpoint and connects with the staged timeouts of
    ``TryConnectEndpoints`` (0.25, 0.5, 1, 2 s); each failure tries the next endpoint, ignoring
    ClientIP affinity after the first (``sessionAffinityReset``). When every attempt fails, or
@@ -16,7 +24,9 @@ Theory of operation (kube-proxy's userspace ``proxysocket.go``, with its known f
    bounds what the proxy holds per direction to the write high-water mark plus one read.
 4. Half-close is propagated: EOF from one peer becomes ``write_eof`` to the other and the
    reverse direction stays open (``eof_received`` returns True). When both directions have seen
-   EOF, or either side is lost, both transports close (an error on one side aborts the other).
+   EOF, or either side is lost, both transports close. A side lost with an error (a reset, a
+   timeout) resets the other (SO_LINGER 0, then abort), so the peer sees a RST and not an orderly
+   FIN that would pass for a complete response; so do the aborts at the end of the drain timeout.
    kube-proxy closed fully on the first EOF (PR #18524) because its half-open sockets leaked;
    here a relay always ends when either socket ends, and :meth:`UserspaceProxy.aclose` aborts
    what outlives the drain timeout.
@@ -108,6 +118,21 @@ class TcpConnectionInfo:
     buffered_to_client: int
 
 
+def _listening_socket(family: int, address: tuple[str, int]) -> socket.socket:
+    """A TCP socket bound (SO_REUSEADDR) to ``address`` beside the listener's holder socket."""
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(address)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def _set_nodelay(transport: asyncio.BaseTransport) -> None:
     sock = transport.get_extra_info("socket")
     if sock is not None:
@@ -184,7 +209,7 @@ class _Side(asyncio.Protocol):
             if exc is None:
                 peer.transport.close()
             else:
-                peer.transport.abort()
+                _reset(peer.transport)
         self.relay.side_lost()
 
 
@@ -217,9 +242,10 @@ class _Relay:
         )
 
     def abort(self) -> None:
+        """Reset both sockets (the peers see a RST)."""
         for side in (self.client, self.upstream):
             if side is not None and side.transport is not None and not side.closed:
-                side.transport.abort()
+                _reset(side.transport)
 
 
 class ConnectionRegistry:
@@ -255,7 +281,7 @@ class ConnectionRegistry:
         await self._empty.wait()
 
     def abort_all(self) -> None:
-        """Abort every open connection (both sockets)."""
+        """Reset every open connection (both sockets; the peers see a RST)."""
         for relay in list(self._relays):
             relay.abort()
 
@@ -293,24 +319,79 @@ class TcpListener:
         self._registry = registry
         self._tasks = tasks
         self._targets: dict[str, tuple[str, int]] = {}
+        self._holder: socket.socket | None = None
+        self._address: tuple[str, int] | None = None
         self._server: asyncio.AbstractServer | None = None
 
-    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
-        """Replace the endpoint set; open connections to endpoints that left stay open."""
-        eps = list(endpoints)
-        self._targets = {ep.address: (ep.ip, ep.port) for ep in eps}
+    @property
+    def address(self) -> tuple[str, int]:
+        """The ``(ip, port)`` this listener holds.
+
+        Raises:
+            RuntimeError: :meth:`start` has not been called.
+        """
+        if self._address is None:
+            raise RuntimeError(f"TcpListener {self.name}: address before start()")
+        return self._address
+
+    @property
+    def listening(self) -> bool:
+        """True while a listening socket accepts (the balancer has endpoints and listen worked)."""
+        return self._server is not None
+
+    async def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
+        """Replace the endpoint set, then listen if there are endpoints and stop if there are none.
+
+        Open connections, also to endpoints that left, stay open. A failure to listen is logged
+        and retried on the next call.
+        """
+        self._targets = {ep.address: (ep.ip, ep.port) for ep in endpoints}
         self.balancer.update(self._targets)
+        await self._sync_listening()
 
     async def start(self, sock: socket.socket) -> None:
-        """Start accepting on ``sock`` (bound, not yet listening; the listener owns it now)."""
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, sock=sock, backlog=LISTEN_BACKLOG)
+        """Hold the port of ``sock`` (bound, not listening; the listener owns it now) and listen
+        on it while the balancer has endpoints."""
+        host, port = sock.getsockname()[:2]
+        self._holder = sock
+        self._address = (str(host), int(port))
+        await self._sync_listening()
 
     def close(self) -> None:
-        """Stop accepting; connections already open are left untouched."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        """Stop accepting and release the port; connections already open are left untouched."""
+        self._holder, holder = None, self._holder
+        self._stop_listening()
+        if holder is not None:
+            holder.close()
+
+    async def _sync_listening(self) -> None:
+        if self._holder is None or self._address is None:
+            return  # not started, or closed
+        if not self.balancer.endpoints:
+            self._stop_listening()
+            return
+        try:
+            if self._server is None:
+                sock = _listening_socket(self._holder.family, self._address)
+                loop = asyncio.get_running_loop()
+                try:
+                    # start_serving=False: no await between creating the server and recording it.
+                    self._server = await loop.create_server(self._accept, sock=sock, backlog=LISTEN_BACKLOG,
+                                                            start_serving=False)
+                except BaseException:
+                    sock.close()
+                    raise
+            if not self._server.is_serving():  # also after a cancelled earlier call
+                await self._server.start_serving()
+        except OSError as exc:
+            self._stop_listening()
+            _log.error("cannot listen", service=self.name, listen=join_host_port(*self._address),
+                       error=str(exc) or type(exc).__name__)
+
+    def _stop_listening(self) -> None:
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # the kernel resets connections still in the accept queue
 
     # -- data path -----------------------------------------------------------------------
 

@@ -5,8 +5,14 @@ its issues list fixed):
 
 * The service socket is a ``DatagramProtocol``. A datagram from a client address with no session
   asks the balancer for an endpoint (ClientIP affinity applies) and opens a session: a UDP socket
-  *connected* to that endpoint (the legacy ``ClientCache``). A Service with no endpoints drops the
-  datagram, as the legacy proxy did when ``TryConnectEndpoints`` failed.
+  *connected* to that endpoint (the legacy ``ClientCache``).
+* While the Service has no endpoints the service socket is closed, so the kernel answers a
+  datagram with ICMP port unreachable (ECONNREFUSED on a connected client socket), as kube-proxy's
+  REJECT rule does. When endpoints return the socket is bound again on the same ``ip:port``; if that
+  port was taken meanwhile it falls back to a free port on the same address, logs it, and
+  :attr:`UdpListener.address` (so the proxy's address table) shows the port in use. The port is
+  not reserved while closed: a bound socket would receive the datagrams and no ICMP error would go
+  out.
 * Datagrams that arrive while the session socket is being set up wait in a short queue
   (:data:`SESSION_PENDING_MAX` datagrams, then dropped, as a full socket buffer would).
 * Replies from the endpoint go back to the client *from the service socket*, so the client sees
@@ -17,8 +23,10 @@ its issues list fixed):
   here, 30 s, is conntrack's UDP timeout.
 * Datagrams are read whole up to 64 KiB: asyncio's and uvloop's datagram transports read into
   buffers of at least 64 KiB, where the legacy proxy truncated at 4 KiB.
-* An endpoint removed from the balancer gets no new sessions; its sessions run until idle.
-  Closing the listener ends every session (the legacy proxy broke them too).
+* An endpoint removed from the balancer gets no new sessions and its sessions are closed at once,
+  as kube-proxy clears the conntrack entries of removed UDP endpoints
+  (``pkg/proxy/conntrack/cleanup.go``): the client's next datagram opens a session on an endpoint
+  that remains. Closing the listener ends every session (the legacy proxy broke them too).
 """
 
 from __future__ import annotations
@@ -32,9 +40,10 @@ from typing import Any, cast
 import structlog
 
 from kproxy.errors import InvalidArgument, NoEndpointsError
+from kproxy.model.names import Protocol, join_host_port
 from kproxy.model.snapshot import Endpoint
 from kproxy.userspace._tasks import TaskOwner
-from kproxy.userspace.addresses import split_host_port
+from kproxy.userspace.addresses import ListenPlan, bind_socket, split_host_port
 from kproxy.userspace.balancer import RoundRobinBalancer
 
 __all__ = ["DEFAULT_UDP_IDLE_TIMEOUT_S", "SESSION_PENDING_MAX", "UdpListener", "UdpStats"]
@@ -69,10 +78,17 @@ class UdpStats:
 
 
 class _ServiceSide(asyncio.DatagramProtocol):
-    __slots__ = ("listener",)
+    __slots__ = ("closed", "listener")
 
     def __init__(self, listener: UdpListener) -> None:
         self.listener = listener
+        self.closed: asyncio.Future[None] = listener.loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # asyncio closes the socket one loop iteration after transport.close(); a re-bind of the
+        # same port waits for this.
+        if not self.closed.done():
+            self.closed.set_result(None)
 
     def datagram_received(self, data: bytes, addr: _Address) -> None:
         self.listener.from_client(data, addr)
@@ -192,11 +208,31 @@ class UdpListener:
         self._targets: dict[str, tuple[str, int]] = {}
         self._sessions: dict[_Address, _Session] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._address: tuple[str, int] | None = None
+        self._service_side: _ServiceSide | None = None
+        self._closed = False
 
     @property
     def sessions(self) -> int:
         """Open sessions (client flows)."""
         return len(self._sessions)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The ``(ip, port)`` the service socket is bound to while there are endpoints, and will be
+        bound to again when they return.
+
+        Raises:
+            RuntimeError: :meth:`start` has not been called.
+        """
+        if self._address is None:
+            raise RuntimeError(f"UdpListener {self.name}: address before start()")
+        return self._address
+
+    @property
+    def serving(self) -> bool:
+        """True while the service socket is open (the balancer has endpoints and binding worked)."""
+        return self.transport is not None
 
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None
@@ -205,24 +241,80 @@ class UdpListener:
     def loop_time(self) -> float:
         return self.loop().time()
 
-    def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
-        """Replace the endpoint set; sessions to endpoints that left run until idle."""
+    async def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
+        """Replace the endpoint set: close the sessions whose endpoint left, then open the service
+        socket if there are endpoints (see :attr:`address`) or close it if there are none.
+
+        A failure to bind is logged and retried on the next call.
+        """
         self._targets = {ep.address: (ep.ip, ep.port) for ep in endpoints}
         self.balancer.update(self._targets)
+        for session in [s for s in self._sessions.values() if s.endpoint not in self._targets]:
+            session.close()
+        await self._sync_serving()
 
     async def start(self, sock: socket.socket) -> None:
-        """Start serving on the bound UDP ``sock`` (the listener owns it now)."""
+        """Serve on the bound UDP ``sock`` while the balancer has endpoints (the listener owns it
+        now; with no endpoints it is closed at once and its ``ip:port`` kept for later)."""
         self._loop = asyncio.get_running_loop()
-        transport, _ = await self._loop.create_datagram_endpoint(lambda: _ServiceSide(self), sock=sock)
-        self.transport = transport
+        host, port = sock.getsockname()[:2]
+        self._address = (str(host), int(port))
+        if not self.balancer.endpoints:
+            sock.close()
+            return
+        await self._serve(sock)
 
     def close(self) -> None:
-        """Close the service socket and every session."""
+        """Close the service socket and every session, for good."""
+        self._closed = True
+        self._stop_serving()
+
+    async def _sync_serving(self) -> None:
+        if self._closed or self._address is None:
+            return  # closed, or not started
+        if not self.balancer.endpoints:
+            self._stop_serving()
+            await self._wait_socket_closed()
+            return
+        if self.transport is not None:
+            return
+        await self._wait_socket_closed()
+        ip, port = self._address
+        try:
+            sock = bind_socket(ListenPlan(ip=ip, port=port, fallback=True), Protocol.UDP)
+        except OSError as exc:
+            _log.error("cannot bind service socket", service=self.name, listen=join_host_port(ip, port),
+                       error=str(exc) or type(exc).__name__)
+            return
+        got = int(sock.getsockname()[1])
+        if got != port:
+            _log.warning("service port fell back to a free port", service=self.name, protocol="UDP",
+                         wanted_port=port, port=got, reason="port taken while the Service had no endpoints")
+            self._address = (ip, got)
+        await self._serve(sock)
+
+    async def _serve(self, sock: socket.socket) -> None:
+        side = _ServiceSide(self)
+        try:
+            transport, _ = await self.loop().create_datagram_endpoint(lambda: side, sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        self._service_side = side
+        self.transport = transport
+
+    def _stop_serving(self) -> None:
         if self.transport is not None:
             self.transport.close()
             self.transport = None
         for session in list(self._sessions.values()):
             session.close()
+
+    async def _wait_socket_closed(self) -> None:
+        side = self._service_side
+        if side is not None and self.transport is None:
+            await side.closed
+            self._service_side = None
 
     def from_client(self, data: bytes, addr: _Address) -> None:
         """Relay one datagram from ``addr`` (opening its session if needed)."""

@@ -4,7 +4,8 @@ Every backend runs in the test's own event loop on a loopback address the test p
 unless given) and knows its identity, ``ip:port``:
 
 * :func:`start_tcp_backend` greets each connection with ``<identity>\\n``, then runs a handler
-  (by default: echo until EOF, then close);
+  (by default: echo until EOF, then close; :func:`reset_after_line` resets the connection,
+  :func:`record_end` records how the client's side ended);
 * :func:`start_udp_backend` answers every datagram with ``<identity>|<datagram>``.
 
 :func:`service_port` and :func:`snapshot` build model values directly, for tests that do not need
@@ -16,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import socket
+import struct
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -117,6 +120,32 @@ async def shut_first(backend: TcpBackend, reader: asyncio.StreamReader, writer: 
     backend.received.append(await reader.read())
 
 
+def reset(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer``'s connection with a RST (SO_LINGER 0, then abort)."""
+    sock = writer.get_extra_info("socket")
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
+
+
+async def reset_after_line(
+    backend: TcpBackend, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """Read one line, then reset the connection (a crashing server)."""
+    await reader.readline()
+    reset(writer)
+
+
+async def record_end(backend: TcpBackend, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Read until the connection ends; record ``b"eof"`` for an orderly end, ``b"reset"`` for a RST."""
+    try:
+        while await reader.read(65536):
+            pass
+    except ConnectionResetError:
+        backend.received.append(b"reset")
+        return
+    backend.received.append(b"eof")
+
+
 async def start_tcp_backend(
     ip: str, *, port: int = 0, handler: Handler = echo, greet: bool = True
 ) -> TcpBackend:
@@ -191,8 +220,6 @@ async def start_udp_backend(ip: str, *, port: int = 0) -> UdpBackend:
 
 def closed_port(ip: str) -> int:
     """A port on ``ip`` that nothing listens on (bound, then released)."""
-    import socket
-
     with socket.socket() as s:
         s.bind((ip, 0))
         return int(s.getsockname()[1])

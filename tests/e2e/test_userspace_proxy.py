@@ -5,15 +5,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
+import stat
 from pathlib import Path
 
 import pytest
+from structlog.testing import capture_logs
 
 from kproxy.errors import InvalidTransition
 from kproxy.model import NodeConfig, Protocol, build_snapshot, parse_objects
 from kproxy.userspace import AddressEntry, UserspaceProxy, allocate_addresses
-from tests.e2e.backends import identify, read_line, service_port, snapshot, split, start_tcp_backend
+from tests.e2e.backends import (
+    identify,
+    read_line,
+    record_end,
+    service_port,
+    snapshot,
+    split,
+    start_tcp_backend,
+    start_udp_backend,
+)
 
 # Moving to the pytest_asyncio_loop_factories hook needs a conftest change (tests/conftest.py).
 pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\" fixture")
@@ -190,3 +202,94 @@ async def test_aclose_waits_for_connections_then_aborts_the_rest() -> None:
     with pytest.raises(InvalidTransition):
         await proxy.apply(snapshot())
     await back.aclose()
+
+
+async def test_aclose_resets_connections_left_after_the_drain_timeout() -> None:
+    """Connections still open when the drain timeout ends are reset on both sides, not closed cleanly."""
+    back = await start_tcp_backend("127.30.3.1", handler=record_end)
+    proxy = UserspaceProxy()
+    await proxy.apply(snapshot(service_port("web", "10.96.4.5", 80, [back.endpoint()])))
+    listen = proxy.listen_address("default/web")
+    assert listen is not None
+    reader, writer = await asyncio.open_connection(*split(listen))
+    assert await read_line(reader) == back.identity
+    async with asyncio.timeout(5):
+        await proxy.aclose(0.05)
+        with pytest.raises(ConnectionResetError):
+            await reader.read()
+        while not back.received:
+            await asyncio.sleep(0.01)
+    writer.close()
+    await back.aclose()
+    assert back.received == [b"reset"]
+
+
+def _squat_tcp(ip: str, port: int) -> socket.socket:
+    squatter = socket.socket()
+    squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    squatter.bind((ip, port))
+    squatter.listen()
+    return squatter
+
+
+async def test_tcp_and_udp_of_a_port_fall_back_to_one_port() -> None:
+    """When a port number cannot be bound for TCP, its TCP and UDP ports fall back to one shared port."""
+    ip = allocate_addresses(["10.96.9.53"])["10.96.9.53"]
+    with _squat_tcp(ip, 53):
+        async with UserspaceProxy() as proxy:
+            await proxy.apply(snapshot(service_port("dns", "10.96.9.53", 53, [], port_name="dns-tcp"),
+                                       service_port("dns", "10.96.9.53", 53, [], port_name="dns",
+                                                    protocol=Protocol.UDP)))
+            listens = {e.protocol: split(e.listen) for e in proxy.address_table()}
+    assert listens["TCP"] == listens["UDP"]
+    assert listens["TCP"][0] == ip and listens["TCP"][1] != 53
+
+
+async def test_port_fallback_is_logged_with_service_and_ports() -> None:
+    """A port that falls back logs a warning naming the service, the wanted port and the port used."""
+    ip = allocate_addresses(["10.96.9.54"])["10.96.9.54"]
+    with _squat_tcp(ip, 8053), capture_logs() as logs:
+        async with UserspaceProxy() as proxy:
+            await proxy.apply(snapshot(service_port("web", "10.96.9.54", 8053, [])))
+            listen = proxy.listen_address("default/web")
+    assert listen is not None
+    warnings = [e for e in logs if e["event"] == "service port fell back to a free port"]
+    assert [(e["log_level"], e["service"], e["wanted_port"], e["port"]) for e in warnings] == \
+        [("warning", "default/web", 8053, split(listen)[1])]
+
+
+async def test_port_added_beside_a_fallen_back_sibling_takes_its_port() -> None:
+    """A UDP port added later beside a TCP port that fell back listens on the TCP port's number."""
+    ip = allocate_addresses(["10.96.9.55"])["10.96.9.55"]
+    tcp = service_port("dns", "10.96.9.55", 53, [], port_name="dns-tcp")
+    udp = service_port("dns", "10.96.9.55", 53, [], port_name="dns", protocol=Protocol.UDP)
+    with _squat_tcp(ip, 53):
+        async with UserspaceProxy() as proxy:
+            await proxy.apply(snapshot(tcp))
+            await proxy.apply(snapshot(tcp, udp, revision=2))
+            listens = {e.protocol: e.listen for e in proxy.address_table()}
+    assert listens["TCP"] == listens["UDP"] and not listens["TCP"].endswith(":53")
+
+
+async def test_bind_address_gives_tcp_and_udp_of_a_port_one_port() -> None:
+    """With a bind_address, the TCP and UDP ports of one service port number get the same free port."""
+    back = await start_udp_backend("127.30.4.1")
+    async with UserspaceProxy(bind_address="127.0.0.1") as proxy:
+        await proxy.apply(snapshot(service_port("dns", "10.96.0.53", 53, [], port_name="dns-tcp"),
+                                   service_port("dns", "10.96.0.53", 53, [back.endpoint()], port_name="dns",
+                                                protocol=Protocol.UDP)))
+        listens = {e.protocol: e.listen for e in proxy.address_table()}
+    back.close()
+    assert listens["TCP"] == listens["UDP"]
+
+
+async def test_address_map_file_is_readable_by_others(tmp_path: Path) -> None:
+    """The address map file gets mode 0644 less the process umask, not the temp file's 0600."""
+    path = tmp_path / "addresses.json"
+    old = os.umask(0o022)
+    try:
+        async with UserspaceProxy(address_map_path=path) as proxy:
+            await proxy.apply(snapshot(service_port("web", "10.96.0.10", 80, [])))
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import hashlib
 import os
 import resource
+import socket
 from collections import Counter
 
 import pytest
@@ -21,6 +22,9 @@ from tests.e2e.backends import (
     hash_upload,
     identify,
     read_line,
+    record_end,
+    reset,
+    reset_after_line,
     service_port,
     shut_first,
     snapshot,
@@ -217,7 +221,9 @@ async def test_thousand_concurrent_connections() -> None:
             pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {need}")
         resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
     backs = await _backends(2, base="127.10.7")
-    async with UserspaceProxy() as proxy:
+    # One long dial timeout: on a loaded machine 0.25 s can pass before a loopback dial completes,
+    # and the retry on the other endpoint would unbalance the split asserted below.
+    async with UserspaceProxy(dial_timeouts_s=(10.0,)) as proxy:
         await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, [b.endpoint() for b in backs])))
         host, port = await _served(proxy)
         conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
@@ -238,18 +244,101 @@ async def test_thousand_concurrent_connections() -> None:
     assert answers == [f"msg {i}" for i in range(n)]
 
 
-async def test_no_endpoints_refuses_client_promptly() -> None:
-    """A Service with no endpoints resets a new client at once instead of leaving it hanging."""
+async def test_no_endpoints_refuses_connect() -> None:
+    """A Service with no endpoints refuses connect() (ECONNREFUSED), as kube-proxy's REJECT rule does."""
     async with UserspaceProxy() as proxy:
         await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, [])))
         host, port = await _served(proxy)
-        async with asyncio.timeout(2):
-            reader, writer = await asyncio.open_connection(host, port)
-            with contextlib.suppress(ConnectionResetError):
-                assert await reader.read() == b""
-            writer.close()
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.wait_for(asyncio.open_connection(host, port), 5)
         balancer = proxy.balancer("default/web")
         assert balancer is not None and balancer.endpoints == ()
+
+
+async def test_port_stays_held_while_no_endpoints() -> None:
+    """While a Service has no endpoints its TCP port stays reserved: another socket cannot bind it."""
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, [])))
+        host, port = await _served(proxy)
+        with socket.socket() as other, pytest.raises(OSError) as caught:
+            other.bind((host, port))
+    assert caught.value.errno == errno.EADDRINUSE
+
+
+async def test_listening_follows_endpoints_on_the_same_address() -> None:
+    """Losing every endpoint stops listening and getting one back listens again on the same ip:port."""
+    (a,) = await _backends(1, base="127.10.9")
+    info = service_port("web", CLUSTER_IP, 80, [a.endpoint()])
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(snapshot(info))
+        host, port = await _served(proxy)
+        assert await identify(host, port) == a.identity
+        await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, []), revision=2))
+        assert await _served(proxy) == (host, port)
+        with pytest.raises(ConnectionRefusedError):
+            await asyncio.wait_for(asyncio.open_connection(host, port), 5)
+        await proxy.apply(snapshot(info, revision=3))
+        assert await _served(proxy) == (host, port)
+        assert await identify(host, port) == a.identity
+    await a.aclose()
+
+
+async def test_open_connection_survives_losing_every_endpoint() -> None:
+    """A connection open when the last endpoint leaves keeps working after the listener stops."""
+    (a,) = await _backends(1, base="127.10.10")
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, [a.endpoint()])))
+        reader, writer = await asyncio.open_connection(*await _served(proxy))
+        assert await read_line(reader) == a.identity
+        await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, []), revision=2))
+        writer.write(b"still here\n")
+        assert await read_line(reader) == "still here"
+        writer.close()
+    await a.aclose()
+
+
+async def test_round_robin_survives_a_flapping_endpoint() -> None:
+    """With a fourth endpoint flapping before every request, twelve requests spread over all endpoints."""
+    backs = await _backends(4, base="127.10.11")
+    steady = [b.endpoint() for b in backs[:3]]
+    async with UserspaceProxy() as proxy:
+        seen = []
+        for i in range(12):
+            eps = [*steady, backs[3].endpoint()] if i % 2 else steady
+            await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, eps), revision=i + 1))
+            seen.append(await identify(*await _served(proxy)))
+    await _close(*backs)
+    assert Counter(seen) == {b.identity: 3 for b in backs}, seen
+
+
+async def test_endpoint_reset_reaches_client_as_reset() -> None:
+    """An endpoint that resets its connection makes the proxy reset the client's, not close it cleanly."""
+    (a,) = await _backends(1, base="127.10.12", handler=reset_after_line)
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, [a.endpoint()])))
+        reader, writer = await asyncio.open_connection(*await _served(proxy))
+        assert await read_line(reader) == a.identity
+        writer.write(b"crash now\n")
+        async with asyncio.timeout(5):
+            with pytest.raises(ConnectionResetError):
+                await reader.read()
+        writer.close()
+    await a.aclose()
+
+
+async def test_client_reset_reaches_endpoint_as_reset() -> None:
+    """A client that resets its connection makes the proxy reset the endpoint's, not close it cleanly."""
+    (a,) = await _backends(1, base="127.10.13", handler=record_end)
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, [a.endpoint()])))
+        reader, writer = await asyncio.open_connection(*await _served(proxy))
+        assert await read_line(reader) == a.identity
+        reset(writer)
+        async with asyncio.timeout(5):
+            while not a.received:
+                await asyncio.sleep(0.01)
+    await a.aclose()
+    assert a.received == [b"reset"]
 
 
 async def test_slow_reader_bounds_proxy_buffers() -> None:
@@ -274,3 +363,20 @@ async def test_slow_reader_bounds_proxy_buffers() -> None:
         writer.close()
     await a.aclose()
     assert received == total
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3])
+async def test_cancelled_apply_while_reopening_the_listener_is_repaired_by_the_next(steps: int) -> None:
+    """An apply cancelled while it opens the listening socket leaves the next apply able to serve."""
+    (a,) = await _backends(1, base="127.10.14")
+    info = service_port("web", CLUSTER_IP, 80, [a.endpoint()])
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(snapshot(service_port("web", CLUSTER_IP, 80, [])))
+        async with asyncio.TaskGroup() as tg:  # a cancelled child does not fail the group
+            task = tg.create_task(proxy.apply(snapshot(info, revision=2)))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+        await proxy.apply(snapshot(info, revision=3))
+        assert await identify(*await _served(proxy)) == a.identity
+    await a.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Sequence
 
 import pytest
@@ -34,6 +35,26 @@ class _Client(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         self.replies.put_nowait((data, addr))
+
+
+class _ConnectedClient(asyncio.DatagramProtocol):
+    """A connected UDP client that records replies and the errors (ICMP) its socket reports."""
+
+    def __init__(self) -> None:
+        self.events: asyncio.Queue[bytes | Exception] = asyncio.Queue()
+
+    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
+        self.events.put_nowait(data)
+
+    def error_received(self, exc: Exception) -> None:
+        self.events.put_nowait(exc)
+
+
+async def _connected(ip: str, dest: tuple[str, int]) -> tuple[asyncio.DatagramTransport, _ConnectedClient]:
+    loop = asyncio.get_running_loop()
+    transport, proto = await loop.create_datagram_endpoint(_ConnectedClient, local_addr=(ip, 0),
+                                                           remote_addr=dest)
+    return transport, proto
 
 
 async def _client(ip: str) -> tuple[asyncio.DatagramTransport, _Client]:
@@ -114,17 +135,77 @@ async def test_udp_large_datagram_is_not_truncated() -> None:
     assert data == back.identity.encode() + b"|" + payload
 
 
-async def test_udp_without_endpoints_drops_datagrams() -> None:
-    """Datagrams to a UDP Service with no endpoints are dropped and counted, not answered."""
+async def test_udp_without_endpoints_is_refused() -> None:
+    """A datagram to a UDP Service with no endpoints is refused (ICMP port unreachable: ECONNREFUSED)."""
     async with UserspaceProxy() as proxy:
         await proxy.apply(_udp_service([]))  # type: ignore[arg-type]
         listen = proxy.listen_address("default/dns", "UDP")
         assert listen is not None
-        transport, proto = await _client("127.21.3.1")
-        transport.sendto(b"anyone?", split(listen))
-        await asyncio.sleep(0.1)
+        transport, proto = await _connected("127.21.3.1", split(listen))
+        transport.sendto(b"anyone?")
+        async with asyncio.timeout(5):
+            event = await proto.events.get()
         transport.close()
-        assert proto.replies.empty()
+    assert isinstance(event, ConnectionRefusedError), event
+
+
+async def test_udp_serves_again_on_the_same_address_when_endpoints_return() -> None:
+    """A UDP Service that lost every endpoint is served again on the same ip:port once one returns."""
+    back = await start_udp_backend("127.20.5.1")
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service([back]))  # type: ignore[arg-type]
+        before = proxy.listen_address("default/dns", "UDP")
+        await proxy.apply(_udp_service([]))  # type: ignore[arg-type]
+        await proxy.apply(_udp_service([back]))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None and listen == before
+        transport, proto = await _client("127.21.5.1")
+        data, _ = await _ask(transport, proto, split(listen), b"back?")
+        transport.close()
+    back.close()
+    assert data == back.identity.encode() + b"|back?"
+
+
+async def test_udp_rebind_falls_back_when_the_port_was_taken() -> None:
+    """A UDP port taken while the Service had no endpoints falls back to a free port, shown in the table."""
+    back = await start_udp_backend("127.20.6.1")
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service([back]))  # type: ignore[arg-type]
+        await proxy.apply(_udp_service([]))  # type: ignore[arg-type]
+        before = proxy.listen_address("default/dns", "UDP")
+        assert before is not None
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+            squatter.bind(split(before))
+            await proxy.apply(_udp_service([back]))  # type: ignore[arg-type]
+            listen = proxy.listen_address("default/dns", "UDP")
+            assert listen is not None
+            assert split(listen)[0] == split(before)[0] and listen != before
+            assert [e.listen for e in proxy.address_table()] == [listen]
+            transport, proto = await _client("127.21.6.1")
+            data, _ = await _ask(transport, proto, split(listen), b"q")
+            transport.close()
+    back.close()
+    assert data == back.identity.encode() + b"|q"
+
+
+async def test_udp_session_moves_off_a_removed_endpoint() -> None:
+    """A busy session whose endpoint is removed ends; the client's next datagram reaches a remaining one."""
+    a, b = [await start_udp_backend(f"127.20.7.{i}") for i in (1, 2)]
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service([a, b]))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None
+        transport, proto = await _client("127.21.7.1")
+        first, _ = await _ask(transport, proto, split(listen), b"1")
+        assert first.startswith(a.identity.encode())  # sorted order: a first
+        await proxy.apply(_udp_service([b]))  # type: ignore[arg-type]
+        balancer = proxy.balancer("default/dns", "UDP")
+        assert balancer is not None and balancer.active_connections(a.identity) == 0
+        second, _ = await _ask(transport, proto, split(listen), b"2")
+        transport.close()
+    a.close()
+    b.close()
+    assert second == b.identity.encode() + b"|2"
 
 
 async def test_udp_removed_endpoint_gets_no_new_sessions() -> None:
@@ -144,3 +225,25 @@ async def test_udp_removed_endpoint_gets_no_new_sessions() -> None:
     a.close()
     b.close()
     assert seen == {b.identity}
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3])
+async def test_cancelled_apply_while_rebinding_is_repaired_by_the_next(steps: int) -> None:
+    """An apply cancelled while it re-binds the UDP socket leaves the next apply able to serve."""
+    back = await start_udp_backend("127.20.8.1")
+    async with UserspaceProxy() as proxy:
+        await proxy.apply(_udp_service([back]))  # type: ignore[arg-type]
+        await proxy.apply(_udp_service([]))  # type: ignore[arg-type]
+        async with asyncio.TaskGroup() as tg:  # a cancelled child does not fail the group
+            task = tg.create_task(proxy.apply(_udp_service([back])))  # type: ignore[arg-type]
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+        await proxy.apply(_udp_service([back]))  # type: ignore[arg-type]
+        listen = proxy.listen_address("default/dns", "UDP")
+        assert listen is not None
+        transport, proto = await _client("127.21.8.1")
+        data, _ = await _ask(transport, proto, split(listen), b"q")
+        transport.close()
+    back.close()
+    assert data == back.identity.encode() + b"|q"

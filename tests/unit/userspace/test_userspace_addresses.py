@@ -9,7 +9,17 @@ import pytest
 
 from kproxy.errors import ConfigError
 from kproxy.model import Protocol
-from kproxy.userspace import ListenPlan, allocate_addresses, bind_socket, plan_listen, split_host_port
+from kproxy.userspace import (
+    ListenPlan,
+    UserspaceProxy,
+    allocate_addresses,
+    bind_socket,
+    bind_sockets,
+    check_bind_address,
+    check_loopback_block,
+    plan_listen,
+    split_host_port,
+)
 
 CIPS = [f"10.96.{i // 256}.{i % 256}" for i in range(500)]
 
@@ -107,3 +117,59 @@ def test_split_host_port() -> None:
     assert split_host_port("[fd00::1]:53") == ("fd00::1", 53)
     with pytest.raises(ValueError):
         split_host_port("10.0.0.1")
+
+
+def test_bind_sockets_share_a_free_port() -> None:
+    """Port 0 gives TCP and UDP one free port number between them."""
+    socks = bind_sockets(ListenPlan(ip="127.41.0.4", port=0), [Protocol.UDP, Protocol.TCP])
+    try:
+        ports = {p: s.getsockname()[1] for p, s in socks.items()}
+    finally:
+        for sock in socks.values():
+            sock.close()
+    assert ports[Protocol.TCP] == ports[Protocol.UDP] != 0
+
+
+def test_bind_sockets_fall_back_together_when_one_protocol_is_taken() -> None:
+    """When the wanted port is taken for UDP only, TCP and UDP both move to one free port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as squatter:
+        squatter.bind(("127.41.0.5", 0))
+        taken = squatter.getsockname()[1]
+        socks = bind_sockets(ListenPlan(ip="127.41.0.5", port=taken), [Protocol.TCP, Protocol.UDP])
+        try:
+            ports = {s.getsockname()[1] for s in socks.values()}
+        finally:
+            for sock in socks.values():
+                sock.close()
+    assert len(ports) == 1 and taken not in ports
+
+
+def test_check_bind_address_accepts_a_local_address() -> None:
+    """An address of this host passes the start-up check."""
+    check_bind_address("127.0.0.1")
+
+
+@pytest.mark.parametrize("address", ["192.0.2.123", "0.0.0.0", "::", "not-an-ip"])
+def test_check_bind_address_refuses(address: str) -> None:
+    """A bind address that is not local, is a wildcard or is no IP raises ConfigError naming the flag."""
+    with pytest.raises(ConfigError, match="--bind-address"):
+        check_bind_address(address)
+
+
+def test_check_loopback_block_accepts_loopback() -> None:
+    """127.0.0.0/8 passes the start-up check."""
+    check_loopback_block("127.0.0.0/8")
+
+
+@pytest.mark.parametrize("block", ["198.51.100.0/28", "127.0.0.1/32", "not-a-cidr"])
+def test_check_loopback_block_refuses(block: str) -> None:
+    """A block this host cannot bind in, one that hands out no address, or no CIDR raises ConfigError."""
+    with pytest.raises(ConfigError, match="loopback"):
+        check_loopback_block(block)
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::"])
+def test_proxy_refuses_a_wildcard_bind_address(address: str) -> None:
+    """UserspaceProxy refuses a wildcard bind address, which would answer UDP from the wrong source."""
+    with pytest.raises(ConfigError, match="wildcard cannot answer UDP"):
+        UserspaceProxy(bind_address=address)

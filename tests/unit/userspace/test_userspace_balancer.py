@@ -61,15 +61,37 @@ def test_reset_affinity_moves_on_and_records() -> None:
     assert lb.next_endpoint("1.1.1.1", 1.0) == retry
 
 
-def test_update_drops_stale_affinity_and_resets_index() -> None:
-    """A changed endpoint set drops entries for endpoints that left and restarts the rotation."""
+def test_update_drops_stale_affinity_and_continues_rotation() -> None:
+    """A changed endpoint set drops entries for endpoints that left and continues after the last pick."""
     lb = RoundRobinBalancer(EPS, affinity_ttl_s=10)
     a = lb.next_endpoint("1.1.1.1", 0.0)  # 10.0.0.1
     b = lb.next_endpoint("2.2.2.2", 0.0)  # 10.0.0.2
     assert lb.update(["10.0.0.2:80", "10.0.0.4:80"])
     assert "1.1.1.1" not in lb.affinity and lb.affinity["2.2.2.2"][0] == b
-    assert lb.next_endpoint("3.3.3.3", 0.0) == "10.0.0.2:80"  # index back to 0
+    assert lb.next_endpoint("3.3.3.3", 0.0) == "10.0.0.4:80"  # after 10.0.0.2, not back to the start
     assert a == "10.0.0.1:80"
+
+
+def test_rotation_continues_after_a_removed_last_endpoint() -> None:
+    """When the endpoint handed out last leaves, the rotation goes on with the one after its place."""
+    lb = RoundRobinBalancer(EPS)
+    assert lb.next_endpoint("1.1.1.1", 0.0) == "10.0.0.1:80"
+    assert lb.next_endpoint("1.1.1.1", 0.0) == "10.0.0.2:80"
+    lb.update(["10.0.0.1:80", "10.0.0.3:80"])
+    got = [lb.next_endpoint("1.1.1.1", 0.0) for _ in range(3)]
+    assert got == ["10.0.0.3:80", "10.0.0.1:80", "10.0.0.3:80"]
+
+
+def test_one_flapping_endpoint_does_not_starve_the_others() -> None:
+    """With five endpoints and one flapping every two picks, the four steady ones share the picks evenly."""
+    eps = [f"10.0.0.{i}:80" for i in range(1, 6)]
+    lb = RoundRobinBalancer(eps)
+    got = []
+    for i in range(20):
+        if i % 2 == 0:
+            lb.update(eps if (i // 2) % 2 else eps[:-1])
+        got.append(lb.next_endpoint("1.1.1.1", 0.0))
+    assert [got.count(ep) for ep in eps[:-1]] == [5, 5, 5, 5], got
 
 
 def test_update_with_same_set_is_a_no_op() -> None:
