@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import ipaddress
 import os
 import signal
 import socket
@@ -118,15 +117,13 @@ def _run(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"--proxy-mode {args.proxy_mode}: `kproxy run` runs the userspace and iptables modes "
             "so far; the other modes are rendered and traced, not run")
-    if args.bind_address is not None:
-        try:
-            ipaddress.ip_address(args.bind_address)
-        except ValueError:
-            raise ConfigError(f"--bind-address: {args.bind_address!r} is not an IP address") from None
-    try:
-        ipaddress.ip_network(args.loopback_block)
-    except ValueError:
-        raise ConfigError(f"--loopback-block: {args.loopback_block!r} is not a CIDR") from None
+    if args.proxy_mode == "userspace":
+        from kproxy.userspace import check_bind_address, check_loopback_block
+
+        if args.bind_address is not None:
+            _flag_error("--bind-address", check_bind_address, args.bind_address)
+        else:
+            _flag_error("--loopback-block", check_loopback_block, args.loopback_block)
     min_sync = parse_duration(args.min_sync_period, flag="--min-sync-period")
     sync_period = parse_duration(args.sync_period, flag="--sync-period")
     if sync_period <= 0 or min_sync > sync_period:
@@ -172,6 +169,14 @@ def _run(args: argparse.Namespace) -> int:
 
     _run_loop(main_async)
     return 0
+
+
+def _flag_error(flag: str, check: Callable[[str], None], value: str) -> None:
+    """Run ``check(value)``; a ConfigError it raises is re-raised naming ``flag``."""
+    try:
+        check(value)
+    except ConfigError as err:
+        raise ConfigError(f"{flag}: {err}") from None
 
 
 def _run_loop(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
