@@ -6,18 +6,20 @@ at :class:`EmulationError`; ``kproxy.errors`` may wrap these at its boundary.
 
 from __future__ import annotations
 
-__all__ = ["EmulationError", "NetfilterError"]
+__all__ = ["EmulationError", "InputError", "NetfilterError"]
 
 
 class EmulationError(Exception):
     """Base class of every error raised by the kernel models."""
 
 
-class NetfilterError(EmulationError, ValueError):
-    """Rejected iptables input or an impossible netfilter operation.
+class InputError(EmulationError, ValueError):
+    """Rejected input text (a dump, a restore file) or an operation the kernel would refuse.
+
+    The message starts with ``line N:`` and ends with the offending text when they are known.
 
     Attributes:
-        line: 1-based line number in the restore input, or ``None`` when not from a file.
+        line: 1-based line number in the loaded text, or ``None`` when not from a file.
         text: the offending line's text (``""`` when not from a file).
     """
 
@@ -27,3 +29,7 @@ class NetfilterError(EmulationError, ValueError):
         super().__init__(f"{where}{message}{shown}")
         self.line = line
         self.text = text
+
+
+class NetfilterError(InputError):
+    """Rejected iptables input or an impossible netfilter operation."""
