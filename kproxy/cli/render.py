@@ -16,14 +16,18 @@ from typing import TYPE_CHECKING
 from kproxy.errors import ConfigError
 from kproxy.model import EndpointSlice, IPFamily, NodeConfig, Service, Snapshot, build_snapshot
 from kproxy.modes.iptables import IptablesConfig, render_full
+from kproxy.modes.ipvs import IpvsConfig
+
+#: How ``render --proxy-mode ipvs`` heads each of its three sections (``# ==> TITLE``).
+IPVS_SECTION_PREFIX = "# ==> "
 
 if TYPE_CHECKING:
     from kproxy.daemon import UserspaceOptions
     from kproxy.kernel.serve import IptablesRunOptions
 
 __all__ = [
-    "add_cluster_flags", "add_parser", "config_from_args", "family_of_args", "iptables_run_options", "run",
-    "snapshot_from_args",
+    "IPVS_SECTION_PREFIX", "add_cluster_flags", "add_parser", "config_from_args", "family_of_args",
+    "iptables_run_options", "ipvs_config_from_args", "run", "snapshot_from_args",
 ]
 
 
@@ -31,8 +35,8 @@ def add_cluster_flags(parser: argparse.ArgumentParser, *, manifests_required: bo
     """The flags describing the cluster, the node and the iptables settings."""
     parser.add_argument("--manifests", nargs="+", metavar="PATH", required=manifests_required,
                         help="YAML or JSON files or folders with Services and EndpointSlices")
-    parser.add_argument("--proxy-mode", default="iptables", choices=("iptables",),
-                        help="the proxy mode rendered (iptables)")
+    parser.add_argument("--proxy-mode", default="iptables", choices=("iptables", "ipvs"),
+                        help="the proxy mode rendered (iptables or ipvs)")
     node = parser.add_argument_group("node")
     node.add_argument("--hostname-override", default=None, metavar="NAME",
                       help="this node's name; endpoints with this nodeName are local (default: host name)")
@@ -49,6 +53,9 @@ def add_cluster_flags(parser: argparse.ArgumentParser, *, manifests_required: bo
                      help="addresses NodePorts answer on (default: every local address)")
     ipt.add_argument("--iptables-masquerade-bit", type=int, default=14, metavar="BIT",
                      help="the fwmark bit marking packets for SNAT (default 14: 0x00004000)")
+    ipt.add_argument("--ipvs-scheduler", default="rr", metavar="NAME",
+                     help="ipvs mode: the IPVS scheduler (rr, wrr, lc, wlc, sed, nq, fo, ovf, sh, dh, mh; "
+                          "default rr)")
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
@@ -74,6 +81,18 @@ def config_from_args(args: argparse.Namespace, family: IPFamily) -> IptablesConf
         masquerade_bit=args.iptables_masquerade_bit,
         nodeport_addresses=_csv(args.nodeport_addresses),
     )
+
+
+def ipvs_config_from_args(args: argparse.Namespace, family: IPFamily) -> IpvsConfig:
+    """The ipvs mode's settings the flags describe, for ``family``.
+
+    Raises:
+        ConfigError: a malformed IP or CIDR, or an unknown scheduler.
+    """
+    base = config_from_args(args, family)
+    return IpvsConfig(family=family, node_ips=base.node_ips, cluster_cidr=base.cluster_cidr,
+                      masquerade_all=base.masquerade_all, masquerade_bit=base.masquerade_bit,
+                      nodeport_addresses=base.nodeport_addresses, scheduler=args.ipvs_scheduler)
 
 
 def family_of_args(args: argparse.Namespace) -> IPFamily:
@@ -108,7 +127,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "render", help="print the rules a proxy mode would load",
         description="Print the iptables-restore input kube-proxy's iptables mode would load for "
                     "these manifests on this node (a full sync; load it with "
-                    "iptables-restore --noflush, after the jump rules).")
+                    "iptables-restore --noflush, after the jump rules). With --proxy-mode ipvs, print "
+                    "three sections headed '# ==> TITLE': the ipvsadm-save -n text, the ipset save "
+                    "text and the iptables-restore input.")
     add_cluster_flags(parser, manifests_required=True)
     parser.set_defaults(handler=run)
 
@@ -121,6 +142,14 @@ def run(args: argparse.Namespace) -> int:
         SourceError: a manifest path does not exist.
     """
     family = family_of_args(args)
+    if args.proxy_mode == "ipvs":
+        from kproxy.modes.ipvs import render
+
+        out = render(snapshot_from_args(args), ipvs_config_from_args(args, family))
+        sys.stdout.write("".join(f"{IPVS_SECTION_PREFIX}{title}\n{text}" for title, text in (
+            ("ipvsadm-save -n", out.ipvsadm), ("ipset save", out.ipsets),
+            ("iptables-restore", out.iptables))))
+        return 0
     config = config_from_args(args, family)
     sys.stdout.write(render_full(snapshot_from_args(args), config))
     return 0

@@ -4,6 +4,8 @@ The node's rules come either from manifests (rendered as ``kproxy render`` would
 emulated node with kube-proxy's jump rules) or from ``--iptables-save FILE``, a real node's dump
 as ``iptables-save`` or ``iptables-save -c`` prints it, other components' rules included (read
 leniently: a match the emulator does not model is reported as unknown, never silently taken).
+With ``--proxy-mode ipvs`` (or ``--ipvs-dump FILE [--ipset-save FILE] [--iptables-save FILE]``,
+a real node's dumps) the packet goes through an IPVS node (:mod:`kproxy.kernel.ipvs_trace`).
 The work is in :mod:`kproxy.kernel.trace`; this module only wires flags to it.
 """
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from emulation import ManualClock
 from emulation.errors import NetfilterError
 from emulation.netfilter import Netns, Ruleset, load
-from kproxy.cli.render import add_cluster_flags, config_from_args, snapshot_from_args
+from kproxy.cli.render import add_cluster_flags, config_from_args, ipvs_config_from_args, snapshot_from_args
 from kproxy.errors import ConfigError, KernelError
 from kproxy.kernel.emulated import EmulatedKernel
 from kproxy.kernel.trace import (
@@ -45,7 +47,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "and every rule it matched.")
     add_cluster_flags(parser, manifests_required=False)
     parser.add_argument("--iptables-save", default=None, metavar="FILE",
-                        help="a node's iptables-save (or iptables-save -c) output, instead of --manifests")
+                        help="a node's iptables-save (or iptables-save -c) output, instead of --manifests "
+                             "(with --ipvs-dump: the node's remaining iptables rules)")
+    parser.add_argument("--ipvs-dump", default=None, metavar="FILE",
+                        help="a node's ipvsadm-save -n or ipvsadm -Ln --nosort output, instead of "
+                             "--manifests")
+    parser.add_argument("--ipset-save", default=None, metavar="FILE",
+                        help="with --ipvs-dump: the node's ipset save output")
+    parser.add_argument("--connections", type=int, default=1, metavar="N",
+                        help="ipvs: simulate N new connections from the source (source ports counting "
+                             "up) and report each endpoint's share (default 1)")
     pkt = parser.add_argument_group("packet")
     pkt.add_argument("--src", required=True, metavar="IP[:PORT]",
                      help="source; a --node-ip or loopback source is generated on the node (OUTPUT)")
@@ -76,19 +87,52 @@ def _netns_from_manifests(args: argparse.Namespace, family: IPFamily) -> Netns:
     return netns
 
 
+def _read(path: str | None, flag: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return Path(path).read_text()
+    except OSError as err:
+        raise ConfigError(f"{flag}: cannot read {path!r}: {err.strerror or err}") from None
+
+
+def _trace_ipvs(args: argparse.Namespace, family: IPFamily) -> TraceResult:
+    from kproxy.kernel.ipvs_trace import node_from_dumps, node_from_render, trace_ipvs
+    from kproxy.modes.ipvs import render
+
+    packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
+    if args.ipvs_dump:
+        text = _read(args.ipvs_dump, "--ipvs-dump")
+        assert text is not None
+        node, notes = node_from_dumps(text, node_ips=list(args.node_ip), version=packet.version,
+                                      ipset_text=_read(args.ipset_save, "--ipset-save"),
+                                      iptables_text=_read(args.iptables_save, "--iptables-save"))
+        return trace_ipvs(node, packet, connections=args.connections, notes=notes)
+    rendered = render(snapshot_from_args(args), ipvs_config_from_args(args, family))
+    node = node_from_render(rendered, list(args.node_ip))
+    return trace_ipvs(node, packet, connections=args.connections, zero_builtin_lines=True)
+
+
 def trace_from_args(args: argparse.Namespace) -> TraceResult:
     """Build the node the flags describe and trace the packet through it.
 
     Raises:
-        ConfigError: bad flags, neither or both of ``--manifests`` and ``--iptables-save``, an
-            unreadable dump.
+        ConfigError: bad flags, neither or both of ``--manifests`` and ``--iptables-save`` (or
+            ``--ipvs-dump``), an unreadable dump.
         KernelError: the rendered rules do not load (a bug: please report it).
         SourceError: a manifest path does not exist.
     """
-    if bool(args.manifests) == bool(args.iptables_save):
-        raise ConfigError("give either --manifests PATH... or --iptables-save FILE (exactly one)")
+    if args.ipvs_dump and args.manifests:
+        raise ConfigError("give either --manifests PATH... or --ipvs-dump FILE, not both")
+    if args.ipset_save and not args.ipvs_dump:
+        raise ConfigError("--ipset-save goes with --ipvs-dump FILE")
+    if not args.ipvs_dump and bool(args.manifests) == bool(args.iptables_save):
+        raise ConfigError("give either --manifests PATH... or --iptables-save FILE (exactly one), "
+                          "or --ipvs-dump FILE")
     dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
     family = IPFamily.IPv6 if ipaddress.ip_address(dst_ip).version == 6 else IPFamily.IPv4
+    if args.ipvs_dump or args.proxy_mode == "ipvs":
+        return _trace_ipvs(args, family)
     packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
     if args.iptables_save:
         netns = _netns_from_dump(args.iptables_save, packet.version, list(args.node_ip))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from emulation import Interface, Node, Packet, Route
 from emulation.netfilter import Netns, Outcome, TraceStep
@@ -34,6 +34,7 @@ from kproxy.errors import ConfigError
 __all__ = [
     "EXTERNAL_INTERFACE",
     "PLACEHOLDER_IPS",
+    "Enumerates",
     "TraceEndpoint",
     "TraceLine",
     "TraceResult",
@@ -50,6 +51,15 @@ EXTERNAL_INTERFACE = "eth0"
 PLACEHOLDER_IPS = {4: "192.0.2.1", 6: "2001:db8:ffff::1"}
 _DEFAULT_SPORT = 40000
 _VERDICT_ORDER = ("ACCEPT", "DROP", "REJECT")
+
+
+class Enumerates(Protocol):
+    """What :func:`trace_packet` traces through: a :class:`~emulation.netfilter.Netns`, or an
+    :class:`~kproxy.kernel.ipvs_node.IpvsNode`."""
+
+    def enumerate(self, packet: Packet, *, trace: bool = False) -> list[tuple[float, Outcome]]:
+        """Every outcome of ``packet`` with its probability, changing nothing."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,6 +105,10 @@ class TraceResult:
         masquerade: an accepted outcome was masqueraded.
         trace: the merged path.
         outcomes: every ``(probability, Outcome)`` the emulator found.
+        ipvs: traced through an IPVS node (the ipvs mode); then ``virtual_server`` and
+            ``real_server`` say what IPVS used (``TCP 10.96.0.10:53``, ``10.0.0.5:53``; None
+            when it matched no service or chose none) and ``notes`` what to know about the
+            answer (how a dump was read, simulated connections).
     """
 
     packet: Packet
@@ -103,17 +117,26 @@ class TraceResult:
     masquerade: bool
     trace: tuple[TraceLine, ...]
     outcomes: tuple[tuple[float, Outcome], ...]
+    ipvs: bool = False
+    virtual_server: str | None = None
+    real_server: str | None = None
+    notes: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """``{"verdict", "endpoints": [{"address", "probability"}], "masquerade", "trace":
-        [{"table", "chain", "rule", "line"}]}``."""
-        return {
+        [{"table", "chain", "rule", "line"}]}``, plus ``"virtual_server"``, ``"real_server"``
+        and ``"notes"`` for an IPVS trace."""
+        out: dict[str, Any] = {
             "verdict": self.verdict,
             "endpoints": [{"address": e.address, "probability": e.probability} for e in self.endpoints],
             "masquerade": self.masquerade,
             "trace": [{"table": t.table, "chain": t.chain, "rule": t.rule, "line": t.line}
                       for t in self.trace],
         }
+        if self.ipvs:
+            out.update(virtual_server=self.virtual_server, real_server=self.real_server,
+                       notes=list(self.notes))
+        return out
 
 
 def parse_host_port(text: str, *, flag: str, need_port: bool) -> tuple[str, int | None]:
@@ -235,7 +258,8 @@ def _merge(paths: list[list[TraceLine]]) -> list[TraceLine]:
     return [step for step, _ in merged]
 
 
-def trace_packet(netns: Netns, packet: Packet, *, zero_builtin_lines: bool = False) -> TraceResult:
+def trace_packet(netns: Netns | Enumerates, packet: Packet, *,
+                 zero_builtin_lines: bool = False) -> TraceResult:
     """Enumerate ``packet``'s outcomes in ``netns`` and summarise them (module docstring).
 
     Args:
@@ -273,6 +297,10 @@ def format_trace(result: TraceResult) -> str:
     out = [f"packet: {p.protocol} {_hp(p.src, p.sport)} -> {_hp(p.dst, p.dport)}, {where}",
            f"verdict: {result.verdict}",
            f"masquerade: {'yes' if result.masquerade else 'no'}"]
+    if result.ipvs:
+        out.append(f"virtual server: {result.virtual_server or 'none'}")
+        out.append(f"real server: {result.real_server or 'none'}")
+        out += [f"note: {n}" for n in result.notes]
     if result.endpoints:
         out.append("endpoints:")
         out += [f"  {e.address:<28} probability {e.probability:.10f}" for e in result.endpoints]
