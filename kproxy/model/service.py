@@ -354,7 +354,8 @@ def _parse_cluster_ips(spec: Mapping[str, Any], p: Problems) -> tuple[bool, tupl
             where = path if path == "spec.clusterIP" else f"{path}[{i}]"
             raise p.fail(where, f"{ip} cannot be a cluster IP (unspecified or IPv4-mapped)")
     single = spec.get("clusterIP")
-    if path == "spec.clusterIPs" and ips and isinstance(single, str) and single.strip() not in ("", raw_ips[0]):
+    mismatch = isinstance(single, str) and single.strip() not in ("", raw_ips[0]) if ips else False
+    if path == "spec.clusterIPs" and mismatch:
         # ValidateService: clusterIPs[0] must equal clusterIP when both are set.
         raise p.fail("spec.clusterIP", f"clusterIP {single!r} differs from clusterIPs[0] {raw_ips[0]!r}")
     return False, tuple(ips)
