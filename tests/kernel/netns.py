@@ -22,12 +22,30 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 
 def cleanup_stale() -> None:
-    """Delete namespaces an earlier, killed run of this suite left behind."""
+    """Delete namespaces that an earlier, killed run of this suite left behind.
+
+    Names end in the creating process's pid; namespaces of a live process (this run, or
+    another run going on at the same time) are left alone.
+    """
     listing = sh("ip", "netns", "list", check=False).stdout
     for line in listing.splitlines():
         name = line.split()[0] if line.split() else ""
-        if name.startswith(PREFIX):
-            sh("ip", "netns", "delete", name, check=False)
+        if not name.startswith(PREFIX):
+            continue
+        pid = name.rsplit("-", 1)[-1]
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        sh("ip", "netns", "delete", name, check=False)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @contextmanager

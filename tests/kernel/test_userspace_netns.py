@@ -87,7 +87,7 @@ def test_tcp_and_udp_through_kproxy_to_pods_across_a_veth(tmp_path: Path) -> Non
     manifest.write_text(CLUSTER)
     address_map = tmp_path / "addresses.json"
     ready = tmp_path / "backends.out"
-    with netns("node") as node, netns("pod") as pod:
+    with netns("usnode") as node, netns("uspod") as pod:
         veth(node, "10.244.1.1/24", pod, "10.244.1.2/24", "u0")
         sh("ip", "-n", pod, "addr", "add", "10.244.1.3/24", "dev", "kpbu0")
         backends = subprocess.Popen(
