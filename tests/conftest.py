@@ -34,3 +34,14 @@ def _reset_structlog() -> object:
     """Undo any structlog configuration a test made (the CLI binds it to captured stderr)."""
     yield
     structlog.reset_defaults()
+
+
+# -- Hypothesis profiles (the rule-equivalence suite, tests/property/test_equivalence*.py) -------
+# ``ci`` (the default) keeps every property bounded and deterministic in time; ``thorough`` is for
+# local runs (HYPOTHESIS_PROFILE=thorough): those properties read the variable to scale their
+# example counts, since settings applied as decorators win over a profile.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("ci", deadline=None, print_blob=True)
+_hypothesis_settings.register_profile("thorough", deadline=None, print_blob=True)
+_hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

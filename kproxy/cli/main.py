@@ -87,9 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     run.add_argument("--kernel", default="emulated", choices=("emulated", "linux"),
                      help="iptables mode: program an emulated node (default) or, as root, this netns")
-    from kproxy.cli import render, trace
+    from kproxy.cli import render, trace, verify
     render.add_parser(sub)
     trace.add_parser(sub)
+    verify.add_parser(sub)
     return parser
 
 

@@ -1,0 +1,74 @@
+"""Prove that every proxy mode forwards a cluster the same way, and test your own clusters with it.
+
+- :mod:`kproxy.testing.strategies`: Hypothesis strategies (:func:`services`,
+  :func:`endpoint_slices`, :func:`clusters`, :func:`packets`) biased toward what breaks proxies.
+- :class:`Cluster` (API dicts parsed once into the model and a Snapshot), :class:`NodeSpec`
+  (the node under test) and :class:`Packet` (a connection's first packet, with its origin).
+- :class:`Outcome`: one answer type for every mode (verdict, endpoints with probabilities,
+  masquerade, the mode's trace); :mod:`kproxy.testing.modes` holds the mode adapters.
+- :func:`assert_equivalent` / :func:`compare`: do the modes agree, the documented
+  :data:`KNOWN_DIFFERENCES` excepted?
+- :class:`InProcessCluster`: a running in-process cluster (memory source, userspace proxy,
+  loopback identity backends), also given to pytest tests by the ``kproxy_cluster`` fixture of
+  the plugin (:mod:`kproxy.testing.plugin`, registered through the ``pytest11`` entry point).
+
+Example::
+
+    from hypothesis import given, strategies as st
+    from kproxy.testing import assert_equivalent, clusters, packets
+
+    @given(st.data())
+    def test_modes_agree(data):
+        cluster = data.draw(clusters())
+        assert_equivalent(cluster, data.draw(packets(cluster)))
+"""
+
+from kproxy.testing.cluster import Cluster, NodeSpec, Origin, Packet, Target, emulated_node
+from kproxy.testing.differences import (
+    AFFINITY_TIMEOUT_BOUNDARY,
+    KNOWN_DIFFERENCES,
+    KnownDifference,
+    affinity_holds,
+)
+from kproxy.testing.equivalence import Comparison, NotEquivalent, assert_equivalent, compare
+from kproxy.testing.harness import InProcessCluster, in_process_cluster
+from kproxy.testing.modes import (
+    DEFAULT_MODES,
+    ModeAdapter,
+    available_modes,
+    get_mode,
+    register_mode,
+)
+from kproxy.testing.outcome import EndpointShares, Outcome, Verdict
+from kproxy.testing.strategies import clusters, endpoint_slices, packets, services
+
+__all__ = [
+    "AFFINITY_TIMEOUT_BOUNDARY",
+    "DEFAULT_MODES",
+    "KNOWN_DIFFERENCES",
+    "Cluster",
+    "Comparison",
+    "EndpointShares",
+    "InProcessCluster",
+    "KnownDifference",
+    "ModeAdapter",
+    "NodeSpec",
+    "NotEquivalent",
+    "Origin",
+    "Outcome",
+    "Packet",
+    "Target",
+    "Verdict",
+    "affinity_holds",
+    "assert_equivalent",
+    "available_modes",
+    "clusters",
+    "compare",
+    "emulated_node",
+    "endpoint_slices",
+    "get_mode",
+    "in_process_cluster",
+    "packets",
+    "register_mode",
+    "services",
+]

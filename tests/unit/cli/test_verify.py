@@ -1,0 +1,109 @@
+# ruff: noqa: E501  (long command lines are kept whole to stay readable)
+"""``kproxy verify``: modes compared on generated packets; a node's dump compared by behaviour."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from emulation import ManualClock
+from emulation.netfilter import Netns, Ruleset
+from kproxy.cli.main import main
+from kproxy.kernel.emulated import EmulatedKernel
+from kproxy.model import IPFamily
+from kproxy.modes.iptables import IptablesRenderer
+from kproxy.testing import Cluster, NodeSpec, Outcome, Verdict, emulated_node
+from kproxy.testing import modes as modes_module
+from kproxy.testing.modes import iptables_config
+from tests.unit.kernel.scenarios import cluster
+
+FLAGS = ["--hostname-override", "node-a", "--node-ip", "192.168.0.2", "--cluster-cidr", "10.0.0.0/8"]
+NODE = NodeSpec(hostname="node-a", node_ips=("192.168.0.2",), cluster_cidrs=("10.0.0.0/8",),
+                local_pod_cidrs=("10.0.0.0/24",), families=(IPFamily.IPv4,))
+
+
+@pytest.fixture
+def manifests(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": cluster()}))
+    return path
+
+
+def _node_dump() -> str:
+    """What a node running kube-proxy for the scenario cluster would print with ``iptables-save -c``."""
+    c = Cluster(manifests=tuple(cluster()), node=NODE)
+    netns = Netns(emulated_node(NODE), ManualClock(), ruleset=Ruleset(4))
+    EmulatedKernel(netns, IPFamily.IPv4).load(IptablesRenderer(iptables_config(c, IPFamily.IPv4)).render(c.snapshot))
+    return netns.save(counters=True)
+
+
+def _with_docker(dump: str) -> str:
+    """``dump`` with another component's chains and rules, as a real node has them."""
+    dump = dump.replace("*filter\n", "*filter\n:DOCKER - [0:0]\n", 1)
+    dump = dump.replace("\nCOMMIT\n", "\n-A FORWARD -o docker0 -j DOCKER\n-A DOCKER -d 172.17.0.2/32 -p tcp -m tcp --dport 80 -j ACCEPT\nCOMMIT\n", 1)
+    return dump
+
+
+def test_modes_agree_on_the_scenario_cluster(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """userspace and iptables agree (known differences named) and verify exits 0."""
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--examples", "150"]) == 0
+    out = capsys.readouterr().out
+    assert "agree on 150 packets" in out and "external-traffic-not-served-by-userspace" in out
+
+
+def test_a_disagreeing_mode_exits_1_with_the_minimal_packet(
+        manifests: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A mode that drops everything is reported with a shrunk packet and both outcomes side by side."""
+
+    class Dropper:
+        name = "dropper"
+
+        def outcome(self, cluster: Cluster, packet: object, *, trace: bool = False) -> Outcome:
+            return Outcome(mode=self.name, verdict=Verdict.DROP, summary="drops everything", trace=("DROP",))
+
+        def connections(self, cluster: Cluster, packet: object, times_s: object) -> list[str | None]:
+            return []
+
+    monkeypatch.setitem(modes_module._REGISTRY, "dropper", Dropper)
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--modes", "iptables,dropper", "--examples", "50"]) == 1
+    out = capsys.readouterr().out
+    assert "iptables and dropper disagree" in out and "MISMATCH: iptables and dropper disagree on verdict" in out
+    assert "trace of dropper:" in out and re.search(r"packet: TCP .* -> ", out)
+
+
+def test_a_node_dump_with_other_rules_and_renamed_chains_agrees(
+        manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Counters, another component's rules and consistently renamed chains are not differences."""
+    dump = _with_docker(_node_dump())
+    for chain in sorted(set(re.findall(r"KUBE-SVC-[A-Z0-9]+", dump))):
+        dump = dump.replace(chain, chain.replace("KUBE-SVC-", "KUBE-SVC-X"))
+    path = tmp_path / "node.iptables-save"
+    path.write_text(dump)
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--iptables-save", str(path), "--examples", "150"]) == 0
+    assert "iptables, node-dump agree" in capsys.readouterr().out
+
+
+def test_a_node_dump_missing_an_endpoint_disagrees(
+        manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump whose Service chain lost an endpoint rule sends packets elsewhere: exit 1."""
+    lines = _node_dump().splitlines()
+    svc = next(line for line in lines if line.startswith("[") and "KUBE-SVC-" in line and "--probability 0.5" in line)
+    path = tmp_path / "node.iptables-save"
+    path.write_text("\n".join(line for line in lines if line != svc) + "\n")
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--iptables-save", str(path), "--examples", "300"]) == 1
+    assert "MISMATCH: iptables and node-dump disagree on endpoints" in capsys.readouterr().out
+
+
+def test_an_unknown_mode_is_a_usage_error(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--modes naming no registered mode exits 2 and lists the available ones."""
+    assert main(["verify", "--manifests", str(manifests), "--modes", "userspace,nope"]) == 2
+    assert "unknown mode 'nope'" in capsys.readouterr().err
+
+
+def test_a_bad_cluster_cidr_is_a_usage_error(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--cluster-cidr that is not a CIDR exits 2 naming the flag."""
+    assert main(["verify", "--manifests", str(manifests), "--cluster-cidr", "nope"]) == 2
+    assert "--cluster-cidr" in capsys.readouterr().err
