@@ -62,21 +62,58 @@ def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip()) if text else ()
 
 
+#: Configuration fields and the flags that set them, for error messages.
+_FLAGS = {"masquerade_bit": "--iptables-masquerade-bit", "cluster_cidr": "--cluster-cidr",
+          "nodeport_addresses": "--nodeport-addresses", "node_ips": "--node-ip"}
+
+
+def _cluster_cidrs(text: str | None) -> tuple[str, ...]:
+    """``--cluster-cidr``: CIDRs, at most one per IP family (as kube-proxy)."""
+    cidrs = _csv(text)
+    seen: dict[int, str] = {}
+    for cidr in cidrs:
+        try:
+            version = ipaddress.ip_network(cidr, strict=False).version
+        except ValueError:
+            raise ConfigError(f"--cluster-cidr: expected a CIDR such as 10.0.0.0/8, got {cidr!r}") from None
+        if version in seen:
+            raise ConfigError(f"--cluster-cidr: at most one CIDR per IP family (one IPv4 and one IPv6), "
+                              f"got {seen[version]!r} and {cidr!r}")
+        seen[version] = cidr
+    return cidrs
+
+
+def _iptables_config(**fields: object) -> IptablesConfig:
+    """IptablesConfig(**fields), its errors naming flags rather than fields."""
+    bit = fields.get("masquerade_bit")
+    if isinstance(bit, int) and not 0 <= bit <= 31:
+        raise ConfigError(f"--iptables-masquerade-bit: expected 0..31, got {bit}")
+    try:
+        return IptablesConfig(**fields)  # type: ignore[arg-type]
+    except ConfigError as err:
+        message = str(err)
+        for field_name, flag in _FLAGS.items():
+            if message.startswith(f"{field_name}:"):
+                message = flag + message[len(field_name):]
+        raise ConfigError(message) from None
+
+
 def config_from_args(args: argparse.Namespace, family: IPFamily) -> IptablesConfig:
     """The iptables settings the flags describe, for ``family``.
 
     Raises:
-        ConfigError: a malformed IP or CIDR (the message names the flag).
+        ConfigError: a malformed IP or CIDR, more than one ``--cluster-cidr`` of a family, a
+            masquerade bit out of 0..31 (the message names the flag).
     """
     for ip in args.node_ip:
         try:
             ipaddress.ip_address(ip)
         except ValueError:
             raise ConfigError(f"--node-ip: expected an IP address, got {ip!r}") from None
-    return IptablesConfig(
+    return _iptables_config(
         family=family,
         node_ips=tuple(args.node_ip),
-        cluster_cidr=_csv(args.cluster_cidr),
+        cluster_cidr=_cluster_cidrs(args.cluster_cidr),
         masquerade_all=bool(args.masquerade_all),
         masquerade_bit=args.iptables_masquerade_bit,
         nodeport_addresses=_csv(args.nodeport_addresses),
@@ -108,10 +145,15 @@ def snapshot_from_args(args: argparse.Namespace) -> Snapshot:
     """Read ``--manifests`` once and build this node's Snapshot; problems are warnings on stderr.
 
     Raises:
-        SourceError: a path does not exist.
+        ConfigError: a ``--manifests`` path does not exist (a usage error).
     """
+    from pathlib import Path
+
     from kproxy.sources.manifests import load_manifests
 
+    for path in args.manifests:
+        if not Path(path).exists():
+            raise ConfigError(f"--manifests: {path!r} does not exist; expected a file or a folder")
     objects, problems = load_manifests(args.manifests)
     for problem in problems:
         print(f"kproxy: warning: {problem}", file=sys.stderr)
@@ -166,9 +208,9 @@ def iptables_run_options(args: argparse.Namespace, options: UserspaceOptions) ->
     """
     from kproxy.kernel.serve import IptablesRunOptions
 
-    config = IptablesConfig(
+    config = _iptables_config(
         node_ips=tuple(getattr(args, "node_ip", None) or ()),
-        cluster_cidr=_csv(getattr(args, "cluster_cidr", None)),
+        cluster_cidr=_cluster_cidrs(getattr(args, "cluster_cidr", None)),
         masquerade_all=bool(getattr(args, "masquerade_all", False)),
         masquerade_bit=getattr(args, "iptables_masquerade_bit", None) or 14,
         nodeport_addresses=_csv(getattr(args, "nodeport_addresses", None)),

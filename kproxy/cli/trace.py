@@ -25,6 +25,7 @@ from kproxy.errors import ConfigError, KernelError
 from kproxy.kernel.emulated import EmulatedKernel
 from kproxy.kernel.trace import (
     TraceResult,
+    find_chain_loop,
     format_trace,
     make_packet,
     parse_host_port,
@@ -75,6 +76,9 @@ def _netns_from_dump(path: str, version: int, node_ips: list[str]) -> Netns:
         ruleset = load(text, version=version, strict=False)
     except NetfilterError as err:
         raise ConfigError(f"--iptables-save {path}: {err}") from None
+    loop = find_chain_loop(ruleset)
+    if loop is not None:
+        raise ConfigError(f"--iptables-save {path}: {loop}")
     return Netns(trace_node(node_ips), ManualClock(), ruleset=ruleset)
 
 
@@ -136,7 +140,10 @@ def trace_from_args(args: argparse.Namespace) -> TraceResult:
     packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
     if args.iptables_save:
         netns = _netns_from_dump(args.iptables_save, packet.version, list(args.node_ip))
-        return trace_packet(netns, packet)
+        try:
+            return trace_packet(netns, packet)
+        except NetfilterError as err:
+            raise ConfigError(f"--iptables-save {args.iptables_save}: {err}") from None
     netns = _netns_from_manifests(args, family)
     return trace_packet(netns, packet, zero_builtin_lines=True)
 

@@ -17,6 +17,7 @@ from emulation.errors import NetfilterError
 from emulation.netfilter import Netns, Ruleset, apply_restore, parse_rule
 from kproxy.errors import KernelError
 from kproxy.kernel.base import ENSURED_JUMPS, failing_line
+from kproxy.kernel.conntrack import ConntrackFilter
 from kproxy.model.names import IPFamily
 from kproxy.modes.iptables import JumpRule, RenderResult
 
@@ -121,6 +122,13 @@ class EmulatedKernel:
         self.netns.ruleset = state
         self.nfacct_objects = names
         self.applied += 1
+
+    async def clear_conntrack(self, filters: Sequence[ConntrackFilter]) -> int:
+        """Delete the emulated conntrack entries matching any of ``filters`` (``conntrack -D``,
+        as :class:`~kproxy.kernel.linux.LinuxKernel` does); return how many were deleted."""
+        if not filters:
+            return 0
+        return self.netns.conntrack.delete(lambda entry: any(f.matches(entry) for f in filters))
 
     async def existing_chains(self) -> frozenset[str]:
         """The nat table's chains now."""

@@ -8,6 +8,11 @@ IPv6). Every command runs through :func:`asyncio.create_subprocess_exec` with a 
 
 nfacct objects are created with the ``nfacct`` tool (``nfacct add NAME``) when asked for; the
 default configuration needs none.
+
+On its first full sync of a result that serves IPv4 localhost NodePorts it sets
+``net.ipv4.conf.all.route_localnet=1`` (in its namespace), as kube-proxy's iptables proxier does
+(``--iptables-localhost-nodeports``, issue 90259), and logs it. Stale UDP/SCTP conntrack entries
+are deleted with the ``conntrack`` tool (:meth:`LinuxKernel.clear_conntrack`).
 """
 
 from __future__ import annotations
@@ -17,14 +22,22 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import structlog
+
 from kproxy.errors import KernelError
 from kproxy.kernel.base import ENSURED_JUMPS, failing_line
+from kproxy.kernel.conntrack import ConntrackFilter
 from kproxy.model.names import IPFamily
 from kproxy.modes.iptables import RenderResult
 
 __all__ = ["CommandResult", "LinuxKernel"]
 
 _LINE = re.compile(r"line:?\s+(\d+)")
+_DELETED = re.compile(r"(\d+) flow entries have been deleted")
+#: kube-proxy's ``sysctlRouteLocalnet``, as ``sysctl`` names it.
+ROUTE_LOCALNET = "net.ipv4.conf.all.route_localnet"
+
+_log = structlog.get_logger("kproxy.kernel")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -55,6 +68,7 @@ class LinuxKernel:
         self.wait_s = wait_s
         self.timeout_s = timeout_s
         self._tool = "ip6tables" if family is IPFamily.IPv6 else "iptables"
+        self._sysctls_done = False
 
     def _argv(self, *args: str) -> tuple[str, ...]:
         prefix = ("ip", "netns", "exec", self.netns) if self.netns else ()
@@ -96,10 +110,49 @@ class LinuxKernel:
                 the message holds its stderr and the failing line of the input.
         """
         if result.full:
+            if not self._sysctls_done:
+                if result.route_localnet and self.family is IPFamily.IPv4:
+                    await self.ensure_route_localnet()
+                self._sysctls_done = True
             for name in nfacct:
                 await self._ensure_nfacct(name)
             await self.ensure_jumps()
         await self.restore(result.text, noflush=True)
+
+    async def ensure_route_localnet(self) -> None:
+        """``sysctl -w net.ipv4.conf.all.route_localnet=1`` unless already set (logged).
+
+        Raises:
+            KernelError: the sysctl could not be read or set.
+        """
+        got = await self.run("sysctl", "-n", ROUTE_LOCALNET)
+        if got.returncode == 0 and got.stdout.strip() == "1":
+            return
+        _log.info("setting route_localnet=1 to allow NodePorts on localhost; to change this disable "
+                  "localhost NodePorts or set --nodeport-addresses to exclude loopback addresses",
+                  sysctl=ROUTE_LOCALNET, netns=self.netns)
+        done = await self.run("sysctl", "-q", "-w", f"{ROUTE_LOCALNET}=1")
+        if done.returncode != 0:
+            raise KernelError(f"setting {ROUTE_LOCALNET}=1 failed: {done.stderr.strip()}")
+
+    async def clear_conntrack(self, filters: Sequence[ConntrackFilter]) -> int:
+        """``conntrack -D ...`` for each filter (in :attr:`netns`); return how many entries went.
+
+        ``conntrack`` exits 1 with "0 flow entries have been deleted" when nothing matched;
+        that is not an error.
+
+        Raises:
+            KernelError: the tool is missing or failed otherwise.
+        """
+        total = 0
+        for f in filters:
+            done = await self.run("conntrack", *f.argv())
+            m = _DELETED.search(done.stderr + done.stdout)
+            if done.returncode != 0 and not (m and m.group(1) == "0"):
+                raise KernelError(f"conntrack {' '.join(f.argv())} failed (exit {done.returncode}): "
+                                  f"{done.stderr.strip()}")
+            total += int(m.group(1)) if m else 0
+        return total
 
     async def restore(self, text: str, *, noflush: bool = True) -> None:
         """``iptables-restore -w N [--noflush] --counters`` of ``text``.

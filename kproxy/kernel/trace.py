@@ -22,22 +22,25 @@ The JSON form (:meth:`TraceResult.to_json`) is the contract of ``kproxy trace --
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from emulation import Interface, Node, Packet, Route
-from emulation.netfilter import Netns, Outcome, TraceStep
-from emulation.netfilter.rules import BUILTIN_CHAINS
+from emulation.netfilter import Netns, Outcome, Ruleset, TraceStep
+from emulation.netfilter.rules import BUILTIN_CHAINS, Chain
+from emulation.netfilter.targets import Jump, UnknownTarget
 from kproxy.errors import ConfigError
 
 __all__ = [
     "EXTERNAL_INTERFACE",
     "PLACEHOLDER_IPS",
+    "ChainLoop",
     "Enumerates",
     "TraceEndpoint",
     "TraceLine",
     "TraceResult",
+    "find_chain_loop",
     "format_trace",
     "make_packet",
     "parse_host_port",
@@ -81,7 +84,8 @@ class TraceLine:
         rule: the rule as ``iptables-save`` prints it, or ``:CHAIN POLICY`` for a policy.
         line: its line in the input (the restore text or the dump), 0 when it has none (a
             policy, or a jump rule kube-proxy installs with ``iptables -I``).
-        result: ``match``, ``unknown`` (a match the emulator does not model) or ``policy``.
+        result: ``match``, ``unknown`` (a match or a target the emulator does not model, so
+            what the packet did there is uncertain) or ``policy``.
         target: what it did (the jump target, verdict, or ``""``).
     """
 
@@ -92,6 +96,11 @@ class TraceLine:
     line: int
     result: str
     target: str
+
+    @property
+    def unknown(self) -> bool:
+        """The emulator does not model a match or the target of this rule."""
+        return self.result == "unknown"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,19 +133,68 @@ class TraceResult:
 
     def to_json(self) -> dict[str, Any]:
         """``{"verdict", "endpoints": [{"address", "probability"}], "masquerade", "trace":
-        [{"table", "chain", "rule", "line"}]}``, plus ``"virtual_server"``, ``"real_server"``
-        and ``"notes"`` for an IPVS trace."""
+        [{"table", "chain", "rule", "line", "unknown"}]}`` (``unknown``: the emulator does not
+        model a match or the target of that rule, so the answer is uncertain), plus
+        ``"virtual_server"``, ``"real_server"`` and ``"notes"`` for an IPVS trace."""
         out: dict[str, Any] = {
             "verdict": self.verdict,
             "endpoints": [{"address": e.address, "probability": e.probability} for e in self.endpoints],
             "masquerade": self.masquerade,
-            "trace": [{"table": t.table, "chain": t.chain, "rule": t.rule, "line": t.line}
-                      for t in self.trace],
+            "trace": [{"table": t.table, "chain": t.chain, "rule": t.rule, "line": t.line,
+                       "unknown": t.unknown} for t in self.trace],
         }
         if self.ipvs:
             out.update(virtual_server=self.virtual_server, real_server=self.real_server,
                        notes=list(self.notes))
         return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChainLoop:
+    """A cycle of jumps (``-j``/``-g``) between chains, which ``iptables-restore`` refuses
+    ("Too many links"): ``table``, the ``chains`` in jump order (the first repeated at the end)
+    and the input ``line`` of the rule closing the loop (0 when unknown)."""
+
+    table: str
+    chains: tuple[str, ...]
+    line: int
+
+    def __str__(self) -> str:
+        where = f"line {self.line}: " if self.line else ""
+        return (f"{where}chain loop in table {self.table}: {' -> '.join(self.chains)} "
+                "(iptables-restore rejects it: Too many links)")
+
+
+def _visit(table: str, chains: Mapping[str, Chain], name: str, path: list[str],
+           state: dict[str, int]) -> ChainLoop | None:
+    state[name] = 1  # on the current path; 2 when done
+    for rule in chains[name].rules:
+        target = rule.target
+        if not isinstance(target, Jump) or target.chain not in chains:
+            continue
+        if state.get(target.chain) == 1:
+            names = [*path, name]
+            return ChainLoop(table=table, chains=(*names[names.index(target.chain):], target.chain),
+                             line=rule.line)
+        if target.chain not in state:
+            found = _visit(table, chains, target.chain, [*path, name], state)
+            if found is not None:
+                return found
+    state[name] = 2
+    return None
+
+
+def find_chain_loop(ruleset: Ruleset) -> ChainLoop | None:
+    """The first loop of jumps between chains in ``ruleset`` (tables and chains by name), if any."""
+    for tname in sorted(ruleset.tables):
+        chains = ruleset.tables[tname].chains
+        state: dict[str, int] = {}
+        for start in sorted(chains):
+            if start not in state:
+                loop = _visit(tname, chains, start, [], state)
+                if loop is not None:
+                    return loop
+    return None
 
 
 def parse_host_port(text: str, *, flag: str, need_port: bool) -> tuple[str, int | None]:
@@ -222,21 +280,39 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
-def _steps(outcome: Outcome, zero_builtin_lines: bool) -> list[TraceLine]:
+_RuleKey = tuple[str, str, int, str]
+
+
+def _unknown_targets(netns: object) -> frozenset[_RuleKey]:
+    """``(table, chain, line, rule)`` of every rule whose target the emulator does not model."""
+    ruleset = getattr(netns, "ruleset", None)
+    if not isinstance(ruleset, Ruleset):
+        return frozenset()
+    return frozenset((tname, cname, rule.line, rule.text())
+                     for tname, table in ruleset.tables.items() for cname, chain in table.chains.items()
+                     for rule in chain.rules if isinstance(rule.target, UnknownTarget))
+
+
+def _steps(outcome: Outcome, zero_builtin_lines: bool,
+           unknown_targets: frozenset[_RuleKey] = frozenset()) -> list[TraceLine]:
     out = []
     for s in outcome.trace:
         if s.result == "nomatch":
             continue
-        out.append(_line(s, zero_builtin_lines))
+        out.append(_line(s, zero_builtin_lines, unknown_targets))
     return out
 
 
-def _line(s: TraceStep, zero_builtin_lines: bool) -> TraceLine:
+def _line(s: TraceStep, zero_builtin_lines: bool,
+          unknown_targets: frozenset[_RuleKey] = frozenset()) -> TraceLine:
     line = s.line
     if zero_builtin_lines and s.chain in BUILTIN_CHAINS.get(s.table, ()):
         line = 0
+    result = s.result
+    if result == "match" and (s.table, s.chain, s.line, s.rule) in unknown_targets:
+        result = "unknown"
     return TraceLine(hook=s.hook, table=s.table, chain=s.chain, rule=s.rule, line=line,
-                     result=s.result, target=s.target)
+                     result=result, target=s.target)
 
 
 def _merge(paths: list[list[TraceLine]]) -> list[TraceLine]:
@@ -269,6 +345,7 @@ def trace_packet(netns: Netns | Enumerates, packet: Packet, *,
             installed outside the restore text the lines refer to, as kube-proxy's jumps are).
     """
     outcomes = sorted(netns.enumerate(packet, trace=True), key=lambda po: (-po[0], po[1].destination))
+    unknown = _unknown_targets(netns)
     weight = dict.fromkeys(_VERDICT_ORDER, 0.0)
     for p, o in outcomes:
         weight[o.verdict] = weight.get(o.verdict, 0.0) + p
@@ -283,7 +360,7 @@ def trace_packet(netns: Netns | Enumerates, packet: Packet, *,
         endpoints=tuple(TraceEndpoint(address=a, probability=round(p, 12))
                         for a, p in sorted(endpoints.items())),
         masquerade=any(o.masquerade for _, o in outcomes if o.verdict == "ACCEPT"),
-        trace=tuple(_merge([_steps(o, zero_builtin_lines) for _, o in outcomes])),
+        trace=tuple(_merge([_steps(o, zero_builtin_lines, unknown) for _, o in outcomes])),
         outcomes=tuple(outcomes),
     )
 

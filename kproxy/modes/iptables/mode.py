@@ -20,6 +20,11 @@ Theory of operation
    :class:`~kproxy.errors.KernelError` :meth:`~kproxy.modes.iptables.IptablesRenderer.failed` (so
    the next sync is full, as kube-proxy's ``needFullSync = true``) and re-raise, so the engine
    retries.
+5. After a successful sync, when the kernel can (``clear_conntrack``, see
+   :class:`~kproxy.kernel.conntrack.ConntrackCleaner`), delete stale UDP/SCTP conntrack entries
+   computed by :func:`~kproxy.kernel.conntrack.stale_conntrack_filters` from the last
+   successfully applied Snapshot and this one (kube-proxy's ``conntrack.CleanStaleEntries``). A
+   failure there is logged, never fatal (as kube-proxy).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import structlog
 
 from kproxy.errors import InvalidArgument, KernelError
 from kproxy.kernel.base import IptablesApplier
+from kproxy.kernel.conntrack import ConntrackCleaner, stale_conntrack_filters
 from kproxy.model.snapshot import Snapshot
 from kproxy.modes.iptables.config import IptablesConfig
 from kproxy.modes.iptables.renderer import IptablesRenderer
@@ -101,6 +107,7 @@ class IptablesMode:
         self._last_full_s: float | None = None
         self._last_large = False
         self._keep = history
+        self._synced: Snapshot | None = None
         self.history: list[SyncRecord] = []
         """The latest sync attempts, oldest first."""
 
@@ -143,10 +150,27 @@ class IptablesMode:
             self._last_full_s = now_s
         self._last_large = result.large_cluster
         self._record(snapshot, result, now_s, "")
+        previous, self._synced = self._synced, snapshot
+        await self._clean_conntrack(previous, snapshot)
         _log.debug("iptables synced", family=str(self.config.family), full=result.full,
                    revision=snapshot.revision, written_ports=result.written_ports,
                    filter_rules=result.filter_rules, nat_rules=result.nat_rules,
                    deleted_chains=len(result.deleted_chains))
+
+    async def _clean_conntrack(self, previous: Snapshot | None, snapshot: Snapshot) -> None:
+        if not isinstance(self.kernel, ConntrackCleaner):
+            return
+        filters = stale_conntrack_filters(previous, snapshot, self.config.family)
+        if not filters:
+            return
+        try:
+            deleted = await self.kernel.clear_conntrack(filters)
+        except KernelError as err:
+            _log.warning("conntrack cleanup failed", family=str(self.config.family),
+                         revision=snapshot.revision, error=str(err))
+            return
+        _log.debug("conntrack cleaned", family=str(self.config.family), revision=snapshot.revision,
+                   filters=len(filters), deleted=deleted)
 
     def _record(self, snapshot: Snapshot, result: RenderResult, now_s: float, error: str) -> None:
         if not self._keep:

@@ -46,6 +46,8 @@ class RenderResult:
         written_ports: how many ports had their chains written.
         deleted_chains: the stale chains the input flushes and deletes (``-X``), sorted.
         filter_rules, nat_rules: the number of ``-A`` lines per table.
+        route_localnet: the rules serve IPv4 localhost NodePorts, so the kernel needs
+            ``net.ipv4.conf.all.route_localnet=1`` (kube-proxy sets it at start).
     """
 
     text: str
@@ -55,6 +57,7 @@ class RenderResult:
     deleted_chains: tuple[str, ...]
     filter_rules: int
     nat_rules: int
+    route_localnet: bool = False
 
 
 def family_ports(snapshot: Snapshot, family: IPFamily) -> list[ServicePortInfo]:
@@ -113,7 +116,7 @@ def assemble(
     return RenderResult(
         text=text, full=full, large_cluster=large_cluster, written_ports=written,
         deleted_chains=tuple(deleted), filter_rules=filter_text.count("\n"),
-        nat_rules=nat_text.count("\n") - len(deleted),
+        nat_rules=nat_text.count("\n") - len(deleted), route_localnet=ctx.localhost_nodeports,
     )
 
 

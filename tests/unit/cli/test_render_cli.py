@@ -42,4 +42,27 @@ def test_render_masquerade_all_and_nodeport_addresses(manifests: Path, capsys: p
 def test_render_bad_cidr_is_a_usage_error(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A malformed --cluster-cidr exits 2 naming the flag."""
     assert main(["render", "--manifests", str(manifests), "--cluster-cidr", "10.0.0.0/99"]) == 2
-    assert "cluster_cidr" in capsys.readouterr().err
+    assert "--cluster-cidr" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "flag"), [
+    (["--cluster-cidr", "10.0.0.0/8,10.1.0.0/16"], "--cluster-cidr"),
+    (["--cluster-cidr", "nope"], "--cluster-cidr"),
+    (["--iptables-masquerade-bit", "32"], "--iptables-masquerade-bit"),
+    (["--nodeport-addresses", "nope"], "--nodeport-addresses"),
+])
+def test_bad_flags_name_the_flag(manifests: Path, capsys: pytest.CaptureFixture[str], flags: list[str], flag: str) -> None:
+    """kube-proxy allows one --cluster-cidr per family; errors name flags, never config fields."""
+    assert main(["render", "--manifests", str(manifests), *flags]) == 2
+    err = capsys.readouterr().err
+    assert flag in err and "masquerade_bit" not in err and "cluster_cidr" not in err and "nodeport_addresses" not in err
+
+
+def test_dual_stack_cluster_cidr_is_accepted(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["render", "--manifests", str(manifests), "--cluster-cidr", "10.0.0.0/8,fd00::/64"]) == 0
+
+
+def test_missing_manifests_path_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nope.yaml"
+    assert main(["render", "--manifests", str(missing)]) == 2
+    assert str(missing) in capsys.readouterr().err

@@ -36,8 +36,9 @@ def test_json_has_exactly_the_documented_keys(manifests: Path, capsys: pytest.Ca
     assert out["verdict"] == "ACCEPT" and out["masquerade"] is True
     assert out["endpoints"] == [{"address": "10.180.0.2:8080", "probability": 0.5},
                                 {"address": "10.180.1.1:8080", "probability": 0.5}]
-    assert all(set(step) == {"table", "chain", "rule", "line"} for step in out["trace"])
-    assert out["trace"][0] == {"table": "nat", "chain": "PREROUTING", "line": 0,
+    assert all(set(step) == {"table", "chain", "rule", "line", "unknown"} for step in out["trace"])
+    assert not any(step["unknown"] for step in out["trace"])
+    assert out["trace"][0] == {"table": "nat", "chain": "PREROUTING", "line": 0, "unknown": False,
                                "rule": '-A PREROUTING -m comment --comment "kubernetes service portals" '
                                        "-j KUBE-SERVICES"}
     assert any(step["chain"] == "KUBE-NODEPORTS" and step["line"] > 0 for step in out["trace"])
@@ -92,3 +93,27 @@ def test_bad_destination_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     """A destination without a port exits 2 naming --dst."""
     assert main(["trace", "--iptables-save", str(DUMP), "--src", "1.2.3.4", "--dst", "5.6.7.8"]) == 2
     assert "--dst" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rules", [["-A INPUT -j FOO", "-A FOO -j FOO"], ["-A A -j B", "-A B -g A"]])
+def test_chain_loop_in_a_dump_is_a_clean_error(tmp_path: Path, capsys: pytest.CaptureFixture[str], rules: list[str]) -> None:
+    """iptables-restore refuses a loop ("Too many links"); trace names the file, chain and line."""
+    dump = tmp_path / "loop.txt"
+    dump.write_text("*filter\n:INPUT ACCEPT [0:0]\n:FOO - [0:0]\n:A - [0:0]\n:B - [0:0]\n" + "\n".join(rules) + "\nCOMMIT\n")
+    assert main(["trace", "--iptables-save", str(dump), "--src", "1.1.1.1", "--dst", "192.0.2.1:80"]) == 2
+    err = capsys.readouterr().err
+    assert str(dump) in err and "chain loop" in err and "line 7" in err and "Traceback" not in err
+    assert ("FOO -> FOO" in err) or ("A -> B -> A" in err)
+
+
+def test_unknown_steps_are_marked_in_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unmodelled match and an unmodelled target are ``"unknown": true``; others false."""
+    dump = tmp_path / "dump.txt"
+    dump.write_text("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m bpf --bytecode \"1,6 0 0 0\" -j ACCEPT\n"
+                    "-A INPUT -p tcp -j NFQUEUE --queue-num 3\n-A INPUT -p tcp -j ACCEPT\nCOMMIT\n")
+    out = _trace(capsys, "--iptables-save", str(dump), "--src", "1.1.1.1", "--dst", "192.0.2.1:80")
+    assert set(out) == {"verdict", "endpoints", "masquerade", "trace"}
+    assert all(set(step) == {"table", "chain", "rule", "line", "unknown"} for step in out["trace"])
+    flags = {step["line"]: step["unknown"] for step in out["trace"]}
+    assert flags.get(3) is True
+    assert flags.get(4) is True
