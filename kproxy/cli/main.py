@@ -24,7 +24,11 @@ from kproxy.observability import configure_logging
 
 __all__ = ["build_parser", "main"]
 
-_MODES = ("userspace", "iptables", "nftables", "ipvs", "ebpf")
+#: The modes ``kproxy run`` runs (``render`` and ``trace`` also know ipvs).
+_MODES = ("userspace", "iptables")
+#: Userspace-only flags: (flag, attribute); given in iptables mode they are ignored with a warning.
+_USERSPACE_ONLY = (("--bind-address", "bind_address"), ("--loopback-block", "loopback_block"),
+                   ("--address-map", "address_map"), ("--udp-timeout", "udp_timeout"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Kubernetes Service proxying, as kube-proxy does it, in Python.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    run = sub.add_parser("run", help="proxy Services for real (userspace mode)",
+    run = sub.add_parser("run", help="proxy Services for real (userspace or iptables mode)",
                          description="Watch Services and EndpointSlices and proxy their traffic.")
     src = run.add_argument_group("source")
     src.add_argument("--manifests", nargs="+", metavar="PATH", default=None,
@@ -42,8 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "reloaded when they change (exclusive with --kubeconfig/--master)")
     from kproxy.config.flags import add_kube_flags
     add_kube_flags(run, src)
-    run.add_argument("--proxy-mode", default="userspace", choices=_MODES,
-                     help="the proxy mode: userspace, or iptables (see --kernel); default userspace")
+    run.add_argument("--proxy-mode", default=None, choices=_MODES,
+                     help="the proxy mode: userspace, or iptables (see --kernel); default --config's "
+                          "mode, else userspace")
     node = run.add_argument_group("node")
     node.add_argument("--hostname-override", default=None, metavar="NAME",
                       help="this node's name; endpoints with this nodeName are local "
@@ -60,21 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
     ipt = run.add_argument_group("iptables mode")
     ipt.add_argument("--cluster-cidr", default=None, metavar="CIDR[,CIDR]",
                      help="pod CIDRs: traffic from outside them to a ClusterIP is masqueraded")
-    ipt.add_argument("--masquerade-all", action="store_true",
-                     help="masquerade all traffic sent to ClusterIPs")
+    ipt.add_argument("--masquerade-all", action="store_true", default=None,
+                     help="masquerade all traffic sent to ClusterIPs (default: --config's, else off)")
     ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
                      help="addresses NodePorts accept on (default: every local address)")
-    ipt.add_argument("--iptables-masquerade-bit", type=int, default=14, metavar="BIT",
-                     help="the fwmark bit that marks packets for masquerade (default 14)")
+    ipt.add_argument("--iptables-masquerade-bit", type=int, default=None, metavar="BIT",
+                     help="the fwmark bit that marks packets for masquerade (default --config's, else 14)")
+    ipt.add_argument("--iptables-localhost-nodeports", type=_boolean, default=None, metavar="BOOL",
+                     help="accept NodePort connections to 127.0.0.1 (IPv4; default --config's, else true)")
     us = run.add_argument_group("userspace data plane")
     us.add_argument("--bind-address", default=None, metavar="ADDR",
                     help="listen on this one address, one port per service port (default: one "
                          "loopback address per Service, on the Service's own ports)")
-    us.add_argument("--loopback-block", default="127.0.0.0/8", metavar="CIDR",
+    us.add_argument("--loopback-block", default=None, metavar="CIDR",
                     help="block the per-Service loopback addresses come from (default 127.0.0.0/8)")
     us.add_argument("--address-map", default=None, metavar="FILE",
                     help="write the address table as JSON to FILE at every change")
-    us.add_argument("--udp-timeout", default="30s", metavar="D",
+    us.add_argument("--udp-timeout", default=None, metavar="D",
                     help="idle timeout of a UDP session (default 30s)")
     us.add_argument("--drain-timeout", default="10s", metavar="D",
                     help="on SIGINT/SIGTERM, how long open connections may finish (default 10s)")
@@ -85,13 +92,23 @@ def build_parser() -> argparse.ArgumentParser:
                       help="maximum time between syncs (default 30s, or --config's)")
     run.add_argument("--log-format", default="console", choices=("console", "json"))
     run.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    run.add_argument("--kernel", default="emulated", choices=("emulated", "linux"),
+    run.add_argument("--kernel", default=None, choices=("emulated", "linux"),
                      help="iptables mode: program an emulated node (default) or, as root, this netns")
     from kproxy.cli import render, trace, verify
     render.add_parser(sub)
     trace.add_parser(sub)
     verify.add_parser(sub)
     return parser
+
+
+def _boolean(text: str) -> bool:
+    """``true``/``false`` (and 1/0, yes/no), as Go's flag package reads a bool flag's value."""
+    value = text.strip().lower()
+    if value in ("true", "1", "t", "yes"):
+        return True
+    if value in ("false", "0", "f", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
 def _families(text: str) -> tuple[IPFamily, ...]:
@@ -107,17 +124,41 @@ def _families(text: str) -> tuple[IPFamily, ...]:
     return tuple(out)
 
 
+#: iptables-only flags: (flag, attribute); given in userspace mode they are ignored with a warning.
+_IPTABLES_ONLY = (("--node-ip", "node_ip"), ("--cluster-cidr", "cluster_cidr"),
+                  ("--masquerade-all", "masquerade_all"), ("--nodeport-addresses", "nodeport_addresses"),
+                  ("--iptables-masquerade-bit", "iptables_masquerade_bit"),
+                  ("--iptables-localhost-nodeports", "iptables_localhost_nodeports"), ("--kernel", "kernel"))
+
+
+def _given(args: argparse.Namespace, flags: Sequence[tuple[str, str]]) -> list[str]:
+    """The flags of ``flags`` given on the command line (their parser default is None or [])."""
+    return [flag for flag, attr in flags if getattr(args, attr, None) not in (None, [])]
+
+
+def _warn_ignored(mode: str, given: Sequence[str]) -> None:
+    """Log each flag given that ``mode`` does not use (never silently ignored)."""
+    for flag in given:
+        structlog.get_logger("kproxy").warning("flag ignored: the proxy mode does not use it", flag=flag,
+                                               proxy_mode=mode)
+
+
 def _run(args: argparse.Namespace) -> int:
-    from kproxy.config.flags import build_source, merge_config, node_facts, observability_options
+    from kproxy.config.flags import build_source, merge_config, node_facts, node_watch, observability_options
     from kproxy.daemon import UserspaceOptions, serve
     from kproxy.sources.kube import default_hostname
 
-    merge_config(args)
+    userspace_given = _given(args, _USERSPACE_ONLY)
+    iptables_given = _given(args, _IPTABLES_ONLY)
+    merge_config(args)  # also settles --proxy-mode (the flag, else --config's mode, else userspace)
+    _warn_ignored(args.proxy_mode, iptables_given if args.proxy_mode == "userspace" else userspace_given)
+    if args.loopback_block is None:
+        args.loopback_block = "127.0.0.0/8"
+    if args.udp_timeout is None:
+        args.udp_timeout = "30s"
+    if args.kernel is None:
+        args.kernel = "emulated"
 
-    if args.proxy_mode not in ("userspace", "iptables"):
-        raise ConfigError(
-            f"--proxy-mode {args.proxy_mode}: `kproxy run` runs the userspace and iptables modes "
-            "so far; the other modes are rendered and traced, not run")
     if args.proxy_mode == "userspace":
         from kproxy.userspace import check_bind_address, check_loopback_block
 
@@ -125,15 +166,15 @@ def _run(args: argparse.Namespace) -> int:
             _flag_error("--bind-address", check_bind_address, args.bind_address)
         else:
             _flag_error("--loopback-block", check_loopback_block, args.loopback_block)
-    min_sync = parse_duration(args.min_sync_period, flag="--min-sync-period")
-    sync_period = parse_duration(args.sync_period, flag="--sync-period")
+    min_sync = parse_duration(args.min_sync_period, flag=args.min_sync_period_from)
+    sync_period = parse_duration(args.sync_period, flag=args.sync_period_from)
     if sync_period <= 0 or min_sync > sync_period:
-        raise ConfigError(f"--sync-period ({args.sync_period}) must be > 0 and >= "
-                          f"--min-sync-period ({args.min_sync_period})")
+        raise ConfigError(f"{args.sync_period_from} ({args.sync_period}) must be > 0 and >= "
+                          f"{args.min_sync_period_from} ({args.min_sync_period})")
     udp_timeout = parse_duration(args.udp_timeout, flag="--udp-timeout")
     if udp_timeout <= 0:
         raise ConfigError(f"--udp-timeout: a UDP session needs an idle timeout > 0, got {args.udp_timeout!r}")
-    if args.address_map is not None:
+    if args.address_map is not None and args.proxy_mode == "userspace":
         folder = os.path.dirname(os.path.abspath(args.address_map))
         if not os.path.isdir(folder):
             raise ConfigError(f"--address-map: folder {folder!r} does not exist")
@@ -149,27 +190,46 @@ def _run(args: argparse.Namespace) -> int:
         sync_period_s=sync_period,
         drain_timeout_s=parse_duration(args.drain_timeout, flag="--drain-timeout"),
     )
-    source = build_source(args)
+    iptables_options = None
+    if args.proxy_mode == "iptables":
+        iptables_options = _iptables_options(args, options)
+    source = build_source(args)  # checks --kubeconfig/--master before anything listens
     hostname = default_hostname(args.hostname_override, gethostname=socket.gethostname)
     zone, eligible = node_facts(args, hostname)
     node = NodeConfig(hostname=hostname, zone=zone,
                       ip_families=_families(args.ip_families),
                       service_proxy_name=args.service_proxy_name)
+    observability = observability_options(args, eligible=eligible)
+    watch = node_watch(args, hostname)
+    follow_zone = args.node_zone is None
 
     async def main_async() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        if args.proxy_mode == "iptables":
-            from kproxy.cli.render import iptables_run_options
+        if iptables_options is not None:
             from kproxy.kernel.serve import serve_iptables
-            await serve_iptables(source, node, iptables_run_options(args, options), stop)
+            await serve_iptables(source, node, iptables_options, stop, observability, node_watch=watch,
+                                 follow_zone=follow_zone)
             return
-        await serve(source, node, options, stop, observability_options(args, eligible=eligible))
+        await serve(source, node, options, stop, observability, node_watch=watch, follow_zone=follow_zone)
 
     _run_loop(main_async)
     return 0
+
+
+def _iptables_options(args: argparse.Namespace, options: Any) -> Any:
+    """``run --proxy-mode iptables``'s settings, with the merged masquerade bit and localhost NodePorts."""
+    import dataclasses
+
+    from kproxy.cli.render import iptables_run_options
+
+    merged = argparse.Namespace(**{**vars(args), "kernel": args.kernel or "emulated"})
+    run_options = iptables_run_options(merged, options)
+    config = dataclasses.replace(run_options.config, masquerade_bit=args.iptables_masquerade_bit,
+                                 localhost_nodeports=args.iptables_localhost_nodeports)
+    return dataclasses.replace(run_options, config=config)
 
 
 def _flag_error(flag: str, check: Callable[[str], None], value: str) -> None:

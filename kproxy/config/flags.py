@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -18,7 +20,10 @@ from kproxy.errors import ConfigError, SourceError
 from kproxy.observability.server import ObservabilityOptions
 from kproxy.sources.base import Source
 
-__all__ = ["add_kube_flags", "build_source", "merge_config", "node_facts", "observability_options"]
+__all__ = [
+    "add_kube_flags", "build_source", "merge_config", "node_facts", "node_watch", "observability_options",
+    "unhonoured_fields",
+]
 
 _log = structlog.get_logger("kproxy")
 
@@ -37,63 +42,169 @@ def add_kube_flags(run: argparse.ArgumentParser, source_group: Any) -> None:
                           "'' disables)")
     obs.add_argument("--metrics-bind-address", default=None, metavar="IP:PORT",
                      help="/metrics (default 127.0.0.1:10249; '' disables)")
+    obs.add_argument("--healthcheck-bind-addresses", default="127.0.0.1", metavar="IP[,IP]",
+                     help="the addresses health check node ports listen on (default 127.0.0.1; "
+                          "kube-proxy uses every node address within --nodeport-addresses: pass 0.0.0.0 "
+                          "or the node IPs)")
+
+
+#: ``--config`` fields ``kproxy run`` honours in every mode ...
+_HONOURED = frozenset({
+    "apiVersion", "kind", "hostnameOverride", "clientConnection.kubeconfig", "bindAddress",
+    "healthzBindAddress", "metricsBindAddress", "mode", "iptables.syncPeriod", "iptables.minSyncPeriod"})
+#: ... and those it honours in iptables mode only.
+_HONOURED_IPTABLES = frozenset({
+    "iptables.masqueradeBit", "iptables.masqueradeAll", "iptables.localhostNodePorts", "clusterCIDR",
+    "nodePortAddresses"})
+#: ``kproxy run``'s modes; the file's ``mode: ""`` (kube-proxy's platform default) means userspace.
+_RUN_MODES = ("userspace", "iptables")
 
 
 def merge_config(args: argparse.Namespace) -> KubeProxyConfiguration:
     """Fill the flags left unset from ``--config`` (or kube-proxy's defaults); return the configuration.
 
+    Flags given on the command line win over the file. The file's ``mode`` settles
+    ``--proxy-mode`` when the flag is absent (``""``, kube-proxy's platform default, is
+    kproxy's default, userspace). A field the file sets to a non-default value that kproxy
+    cannot honour in the chosen mode is logged as a warning naming it, never silently dropped.
+    Sets ``args.<flag>_from`` (``min_sync_period``, ``sync_period``, ``healthz_bind_address``,
+    ``metrics_bind_address``) to what an error about the value should name: the flag or the
+    file's field.
+
     kproxy's health address default is 127.0.0.1:10256 rather than kube-proxy's 0.0.0.0 unless the
     file sets ``healthzBindAddress`` (see :mod:`kproxy.observability.server`).
 
     Raises:
-        ConfigError: the file is invalid.
+        ConfigError: the file is invalid, or its ``mode`` is one ``kproxy run`` does not run.
     """
     cfg = load_configuration(args.config) if args.config else default_configuration()
     given = cfg.document
+    raw = _raw_document(args.config) if args.config else {}
+
+    def field(name: str) -> str:
+        return f"{cfg.source}: {name}"
+
+    if getattr(args, "proxy_mode", "") is None:
+        if cfg.mode and cfg.mode not in _RUN_MODES:
+            raise ConfigError(f"{field('mode')}: `kproxy run` runs {' and '.join(_RUN_MODES)} only, "
+                              f"got {cfg.mode!r} (override with --proxy-mode)")
+        args.proxy_mode = cfg.mode or "userspace"
+    args.min_sync_period_from = "--min-sync-period"
+    args.sync_period_from = "--sync-period"
     if args.min_sync_period is None:
         args.min_sync_period = f"{cfg.min_sync_period_s}s" if args.config else "1s"
+        if args.config:
+            args.min_sync_period_from = field("iptables.minSyncPeriod")
     if args.sync_period is None:
         args.sync_period = f"{cfg.sync_period_s}s" if args.config else "30s"
+        if args.config:
+            args.sync_period_from = field("iptables.syncPeriod")
     if args.hostname_override is None and cfg.hostname_override:
         args.hostname_override = cfg.hostname_override
     if args.kubeconfig is None and cfg.kubeconfig:
         args.kubeconfig = cfg.kubeconfig
+    args.healthz_bind_address_from = "--healthz-bind-address"
     if args.healthz_bind_address is None:
-        explicit = args.config and _raw_field(args.config, "healthzBindAddress")
+        explicit = bool(raw.get("healthzBindAddress"))
         args.healthz_bind_address = given["healthzBindAddress"] if explicit else "127.0.0.1:10256"
+        if explicit:
+            args.healthz_bind_address_from = field("healthzBindAddress")
+    args.metrics_bind_address_from = "--metrics-bind-address"
     if args.metrics_bind_address is None:
         args.metrics_bind_address = given["metricsBindAddress"]
+        if raw.get("metricsBindAddress"):
+            args.metrics_bind_address_from = field("metricsBindAddress")
     # iptables-mode settings (flags absent on subcommands that do not take them are left alone).
     if getattr(args, "cluster_cidr", "") is None and cfg.cluster_cidr:
         args.cluster_cidr = cfg.cluster_cidr
-    if args.config and hasattr(args, "masquerade_all") and not args.masquerade_all:
+    if getattr(args, "masquerade_all", "") is None:
         args.masquerade_all = bool(given["iptables"]["masqueradeAll"])
+    if getattr(args, "iptables_masquerade_bit", "") is None:
+        args.iptables_masquerade_bit = int(given["iptables"]["masqueradeBit"])
+    if getattr(args, "iptables_localhost_nodeports", "") is None:
+        args.iptables_localhost_nodeports = bool(given["iptables"]["localhostNodePorts"])
     if getattr(args, "nodeport_addresses", "") is None and given.get("nodePortAddresses"):
         args.nodeport_addresses = ",".join(given["nodePortAddresses"])
+    if args.config:
+        iptables = getattr(args, "proxy_mode", "") == "iptables"
+        honoured = _HONOURED | _HONOURED_IPTABLES if iptables else _HONOURED
+        for name in unhonoured_fields(cfg, raw, honoured):
+            _log.warning("--config field ignored: kproxy does not honour it in this mode", file=args.config,
+                         field=name, proxy_mode=getattr(args, "proxy_mode", None))
     return cfg
 
 
-def _raw_field(path: str, name: str) -> bool:
+def unhonoured_fields(cfg: KubeProxyConfiguration, raw: Mapping[str, Any],
+                      honoured: frozenset[str]) -> list[str]:
+    """The dotted fields ``raw`` sets to a non-default value that are not in ``honoured`` (pure)."""
+    defaults = default_configuration()
+    out = []
+    for name in _leaf_paths(raw):
+        if name in honoured:
+            continue
+        try:
+            if cfg.get(name) == defaults.get(name):
+                continue
+        except ConfigError:
+            pass
+        out.append(name)
+    return out
+
+
+def _leaf_paths(raw: Mapping[str, Any], prefix: str = "") -> list[str]:
+    groups = ("clientConnection", "iptables", "ipvs", "nftables", "winkernel", "detectLocal", "conntrack")
+    out: list[str] = []
+    for key, value in raw.items():
+        path = f"{prefix}{key}"
+        if not prefix and key in groups and isinstance(value, Mapping):
+            out.extend(_leaf_paths(value, f"{path}."))
+        elif value is not None:
+            out.append(path)
+    return out
+
+
+def _raw_document(path: str) -> Mapping[str, Any]:
+    """The file as written, before defaults (it already loaded once, so it parses)."""
+    import json
+
     import yaml
 
     try:
         with open(path, encoding="utf-8") as fh:
-            raw = yaml.safe_load(fh)
-    except (OSError, yaml.YAMLError):
-        return False
-    return isinstance(raw, dict) and bool(raw.get(name))
+            text = fh.read()
+        raw = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    return raw if isinstance(raw, Mapping) else {}
+
+
+def _health_check_addresses(text: str) -> tuple[str, ...]:
+    out = []
+    for item in text.split(","):
+        host = item.strip().strip("[]")
+        try:
+            out.append(str(ipaddress.ip_address(host)))
+        except ValueError:
+            raise ConfigError(f"--healthcheck-bind-addresses: {item.strip()!r} is not an IP address; "
+                              "expected IP[,IP] (0.0.0.0 or :: for every address)") from None
+    return tuple(out)
 
 
 def build_source(args: argparse.Namespace) -> Source:
     """The source the flags name: ``--manifests`` or the cluster (``--kubeconfig``/``--master``/in-cluster).
 
     Raises:
-        ConfigError: both or neither were given outside a pod.
+        ConfigError: both or neither were given outside a pod; the kubeconfig file is missing or
+            not YAML; ``--master`` is not a URL.
         SourceError: a manifest path does not exist.
     """
     kube = args.kubeconfig is not None or args.master is not None
     if args.manifests and kube:
         raise ConfigError("--manifests cannot be combined with --kubeconfig or --master; choose one source")
+    if kube:
+        from kproxy.sources.kube import check_client_flags
+
+        check_client_flags(kubeconfig=args.kubeconfig, master=args.master)
     if args.manifests:
         from kproxy.sources.manifests import ManifestSource
 
@@ -112,6 +223,9 @@ def node_facts(args: argparse.Namespace, hostname: str) -> tuple[str | None, boo
     """``(zone, eligible)`` of this node: ``--node-zone`` or, for a cluster source, its Node's label.
 
     A Node that cannot be read is logged and treated as eligible without a zone.
+
+    Raises:
+        ConfigError: the client configuration (kubeconfig) cannot be loaded.
     """
     if args.manifests or args.node_zone is not None:
         return args.node_zone, True
@@ -120,15 +234,31 @@ def node_facts(args: argparse.Namespace, hostname: str) -> tuple[str | None, boo
     try:
         info = asyncio.run(read_node_info(api_client_factory(kubeconfig=args.kubeconfig, master=args.master),
                                           hostname))
-    except (SourceError, ConfigError) as err:
+    except SourceError as err:  # a ConfigError (the client configuration) stops the start-up instead
         _log.warning("cannot read this node's zone; topology hints need --node-zone", node=hostname,
                      error=str(err))
         return None, True
     return info.zone, info.eligible
 
 
+def node_watch(args: argparse.Namespace, hostname: str) -> Any:
+    """A :class:`~kproxy.sources.kube.NodeWatch` of this node for a cluster source, else None."""
+    if args.manifests:
+        return None
+    from kproxy.sources.kube import NodeWatch, api_client_factory
+
+    return NodeWatch(api_client_factory(kubeconfig=args.kubeconfig, master=args.master), hostname)
+
+
 def observability_options(args: argparse.Namespace, *, eligible: bool = True) -> ObservabilityOptions:
-    """The health and metrics addresses after :func:`merge_config`."""
-    return ObservabilityOptions(healthz_bind_address=args.healthz_bind_address,
-                                metrics_bind_address=args.metrics_bind_address, node_eligible=eligible,
-                                proxy_mode=args.proxy_mode)
+    """The health and metrics addresses after :func:`merge_config`.
+
+    Raises:
+        ConfigError: ``--healthcheck-bind-addresses`` is not a list of IPs.
+    """
+    addresses = _health_check_addresses(getattr(args, "healthcheck_bind_addresses", "127.0.0.1"))
+    return ObservabilityOptions(
+        healthz_bind_address=args.healthz_bind_address, metrics_bind_address=args.metrics_bind_address,
+        node_eligible=eligible, proxy_mode=args.proxy_mode, health_check_addresses=addresses,
+        healthz_name=getattr(args, "healthz_bind_address_from", "--healthz-bind-address"),
+        metrics_name=getattr(args, "metrics_bind_address_from", "--metrics-bind-address"))

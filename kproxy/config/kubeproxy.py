@@ -176,8 +176,8 @@ def _leaf(kind: str, value: Any, path: str, source: str) -> Any:
             raise _err(source, path, f"expected a duration such as '30s' or '1m', got {value!r}")
         try:
             parse_duration(value, flag=path)
-        except ConfigError as err:
-            raise _err(source, path, str(err)) from None
+        except ConfigError as err:  # its message already starts with the path: add only the file
+            raise ConfigError(f"{source}: {err}" if source else str(err)) from None
         return value
     return copy.deepcopy(value)  # "any"
 

@@ -13,6 +13,7 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -27,7 +28,10 @@ from kproxy.model import IPFamily, NodeConfig
 from kproxy.modes.iptables import IptablesConfig
 from kproxy.modes.iptables.mode import IptablesMode
 from kproxy.sources.base import Source
-from kproxy.sync.engine import SyncEngine
+
+if TYPE_CHECKING:
+    from kproxy.observability.server import ObservabilityOptions
+    from kproxy.sources.kube import NodeWatch
 
 __all__ = ["KERNELS", "IptablesRunOptions", "build_modes", "serve_iptables"]
 
@@ -81,20 +85,25 @@ def build_modes(node: NodeConfig, options: IptablesRunOptions) -> list[IptablesM
 
 
 async def serve_iptables(source: Source, node: NodeConfig, options: IptablesRunOptions,
-                         stop: asyncio.Event) -> list[IptablesMode]:
+                         stop: asyncio.Event,
+                         observability: ObservabilityOptions | None = None, *,
+                         node_watch: NodeWatch | None = None, follow_zone: bool = True) -> list[IptablesMode]:
     """Keep the chosen kernel in sync with ``source`` until ``stop`` is set; return the modes.
 
+    With ``observability``, ``/healthz``, ``/livez``, ``/metrics`` (sync metrics of the modes'
+    engine) and health check node ports are served beside it, as in userspace mode (see
+    :func:`kproxy.daemon.build_engine`); with ``node_watch``, this node's Node is followed.
+
     Raises:
-        ConfigError: see :func:`build_modes`.
+        ConfigError: see :func:`build_modes`; an observability address is malformed or unusable.
     """
+    from kproxy.daemon import build_engine, run_until_stopped
+
     modes = build_modes(node, options)
-    engine = SyncEngine(source, node, modes, min_sync_period_s=options.min_sync_period_s,
-                        sync_period_s=options.sync_period_s)
+    engine, obs = build_engine(source, node, modes, min_sync_period_s=options.min_sync_period_s,
+                               sync_period_s=options.sync_period_s, observability=observability)
     _log.info("starting", mode="iptables", kernel=options.kernel, node=node.hostname,
               families=[str(f) for f in node.ip_families])
-    async with asyncio.TaskGroup() as tg:
-        task = tg.create_task(engine.run(), name="kproxy-sync-engine")
-        await stop.wait()
-        task.cancel()
+    await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
     _log.info("stopped")
     return modes

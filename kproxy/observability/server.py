@@ -65,6 +65,8 @@ class ObservabilityOptions:
             None means twice the sync period, as kube-proxy.
         node_eligible: the node's eligibility at start (see :class:`ProxyHealth`).
         proxy_mode: what ``/proxyMode`` answers.
+        healthz_name, metrics_name: what error messages call the two addresses: the flag, or
+            the ``--config`` file's field when the value came from there.
     """
 
     healthz_bind_address: str = DEFAULT_HEALTHZ_BIND_ADDRESS
@@ -73,6 +75,8 @@ class ObservabilityOptions:
     health_timeout_s: float | None = None
     node_eligible: bool = True
     proxy_mode: str = "userspace"
+    healthz_name: str = "--healthz-bind-address"
+    metrics_name: str = "--metrics-bind-address"
 
 
 def healthz_app(health: ProxyHealth, metrics: ProxyMetrics | None = None) -> web.Application:
@@ -138,9 +142,9 @@ class Observability:
             raise InvalidArgument(f"sync_period_s must be > 0 seconds, got {sync_period_s=}")
         self.options = options or ObservabilityOptions()
         self._healthz_at = parse_bind_address(self.options.healthz_bind_address, default_port=HEALTHZ_PORT,
-                                              flag="--healthz-bind-address")
+                                              flag=self.options.healthz_name)
         self._metrics_at = parse_bind_address(self.options.metrics_bind_address, default_port=METRICS_PORT,
-                                              flag="--metrics-bind-address")
+                                              flag=self.options.metrics_name)
         self._clock: Clock = clock or MonotonicClock()
         wall_clock = wall or time.time
         self.health = ProxyHealth(self.options.health_timeout_s or 2 * sync_period_s, clock=self._clock,
@@ -178,26 +182,26 @@ class Observability:
                 pending = []
                 if self._healthz_at is not None:
                     pending.append(tg.create_task(self._serve(
-                        healthz_app(self.health, self.metrics), self._healthz_at, "--healthz-bind-address")))
+                        healthz_app(self.health, self.metrics), self._healthz_at, "healthz")))
                 if self._metrics_at is not None:
                     pending.append(tg.create_task(self._serve(
                         metrics_app(self.metrics, proxy_mode=self.options.proxy_mode), self._metrics_at,
-                        "--metrics-bind-address")))
+                        "metrics")))
                 if not pending:
                     self._started.set()
         finally:
             await self.service_health.aclose()
 
-    async def _serve(self, app: web.Application, address: BindAddress, what: str) -> None:
+    async def _serve(self, app: web.Application, address: BindAddress, endpoint: str) -> None:
+        what = self.options.healthz_name if endpoint == "healthz" else self.options.metrics_name
         while True:
             try:
                 async with serving(app, address, what=what) as bound:
-                    if what == "--healthz-bind-address":
+                    if endpoint == "healthz":
                         self.healthz_address = bound
                     else:
                         self.metrics_address = bound
-                    _log.info("listening", endpoint=what.removeprefix("--").removesuffix("-bind-address"),
-                              address=f"{bound[0]}:{bound[1]}")
+                    _log.info("listening", endpoint=endpoint, address=f"{bound[0]}:{bound[1]}")
                     self._mark_started()
                     await asyncio.Event().wait()
             except ConfigError as err:

@@ -144,8 +144,9 @@ class Reflector:
 
     def __init__(self, *, kind: str, api_version: str, call: ListCall, selector: str, emit: Emit,
                  on_listed: Callable[[str], None], options: ReflectorOptions, clock: Clock,
-                 rng: random.Random) -> None:
+                 rng: random.Random, field_selector: str = "") -> None:
         self.kind = kind
+        self._fields = {"field_selector": field_selector} if field_selector else {}
         self._api_version = api_version
         self._call = call
         self._selector = selector
@@ -206,7 +207,7 @@ class Reflector:
         self._last_activity = self._clock.now()
         async with asyncio.timeout(self._opts.list_timeout_s):
             resp = await self._call(label_selector=self._selector, _preload_content=False,
-                                    _request_timeout=self._opts.list_timeout_s)
+                                    _request_timeout=self._opts.list_timeout_s, **self._fields)
             try:
                 body = await resp.read()
                 status = int(resp.status)
@@ -221,8 +222,15 @@ class Reflector:
         rv = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
         if not isinstance(rv, str) or not rv:
             raise _RequestFailed(f"list answer has no metadata.resourceVersion, got {rv!r}")
+        self._absorb_list(data["items"])
+        self._rv = rv
+        self._attempt = 0
+        self._on_listed(self.kind)
+
+    def _absorb_list(self, items: list[Any]) -> None:
+        """Make the store match a list's ``items`` and emit the difference (a subclass may differ)."""
         fresh: dict[ObjectKey, KubeObject] = {}
-        for item in data["items"]:
+        for item in items:
             obj = self._parse(item) if isinstance(item, Mapping) else None
             if obj is not None:
                 fresh[object_key(obj)] = obj
@@ -230,12 +238,9 @@ class Reflector:
                 fresh[object_key(held)] = held  # unreadable now: keep the last good version
         events = diff_objects(self._store, fresh)
         self._store = fresh
-        self._rv = rv
-        self._attempt = 0
-        _log.info("listed", kind=self.kind, objects=len(fresh), changes=len(events), resource_version=rv)
+        _log.info("listed", kind=self.kind, objects=len(fresh), changes=len(events))
         if events:
             self._emit(events)
-        self._on_listed(self.kind)
 
     # -- watch -------------------------------------------------------------------------------
 
@@ -274,7 +279,7 @@ class Reflector:
                                         sock_connect=self._opts.list_timeout_s, sock_read=None)
         resp = await self._call(watch=True, resource_version=self._rv, allow_watch_bookmarks=True,
                                 timeout_seconds=timeout_s, label_selector=self._selector,
-                                _preload_content=False, _request_timeout=connect)
+                                _preload_content=False, _request_timeout=connect, **self._fields)
         try:
             status = int(resp.status)
             if status != 200:
@@ -339,6 +344,7 @@ class Reflector:
         self._rv = wl.resource_version
 
     def _apply(self, wl: WatchLine) -> Event | None:
+        """Fold one watch event into the store; the event to emit, or None (a subclass may differ)."""
         key = self._key_of(wl.obj)
         if wl.type == "DELETED":
             held = self._store.pop(key, None)

@@ -27,9 +27,9 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
 from kproxy.errors import ConfigError, InvalidArgument, SourceError
-from kproxy.sources._kube_protocol import Backoff, label_selector
+from kproxy.sources._kube_protocol import Backoff, WatchLine, label_selector
 from kproxy.sources._kube_reflector import Reflector, ReflectorOptions, ReflectorStatus
-from kproxy.sources.base import Emit, Synced
+from kproxy.sources.base import Emit, Event, Synced
 from kproxy.sync.clock import Clock, MonotonicClock
 
 __all__ = [
@@ -39,8 +39,10 @@ __all__ = [
     "KubeSource",
     "KubeSourceOptions",
     "NodeInfo",
+    "NodeWatch",
     "ReflectorStatus",
     "api_client_factory",
+    "check_client_flags",
     "default_hostname",
     "node_info_from",
     "read_node_info",
@@ -157,7 +159,135 @@ class KubeSource:
             await api.close()
 
 
+class NodeWatch:
+    """Follow this node's own Node object (list + watch, ``fieldSelector=metadata.name=NAME``).
+
+    As kube-proxy's Node informer (``pkg/proxy/config`` NodeConfig handlers): every change of the
+    Node calls ``on_node`` with its :class:`NodeInfo`, so ``/healthz`` follows its eligibility
+    (``proxy_health.go``: a deletion timestamp or the ``ToBeDeletedByClusterAutoscaler`` taint
+    makes it ineligible) and topology hints follow its zone label. A Node deleted (or gone
+    from a relist) is reported ineligible. Failures are retried by the reflector's backoff; the
+    last known state stays in force.
+
+    Args:
+        client_factory: as :class:`KubeSource`'s; the watch closes the client when it stops.
+        name: the node name.
+        options: timing (``service_proxy_name`` is not used).
+        clock, rng: as :class:`KubeSource`'s.
+    """
+
+    def __init__(self, client_factory: ApiClientFactory, name: str, *,
+                 options: KubeSourceOptions | None = None, clock: Clock | None = None,
+                 rng: random.Random | None = None) -> None:
+        if not name:
+            raise InvalidArgument("NodeWatch needs a node name")
+        self._factory = client_factory
+        self.name = name
+        self._opts = options or KubeSourceOptions()
+        self._clock: Clock = clock or MonotonicClock()
+        self._rng = rng or random.Random()
+        self._reflector: Reflector | None = None
+
+    def status(self) -> ReflectorStatus | None:
+        """The reflector's status (None before :meth:`run`)."""
+        return None if self._reflector is None else self._reflector.status()
+
+    async def run(self, on_node: Callable[[NodeInfo], None]) -> None:
+        """List and watch the Node until cancelled, calling ``on_node`` at each change.
+
+        Raises:
+            ConfigError: the client configuration cannot be loaded.
+        """
+        api = await self._factory()
+        try:
+            ropts = ReflectorOptions(watch_timeout_s=self._opts.watch_timeout_s,
+                                     stall_grace_s=self._opts.stall_grace_s,
+                                     list_timeout_s=self._opts.list_timeout_s, backoff=self._opts.backoff)
+
+            def ignore(_: Any) -> None:
+                return None
+
+            self._reflector = _NodeReflector(
+                self.name, on_node, kind="Node", api_version="v1", call=k8s_client.CoreV1Api(api).list_node,
+                selector="", emit=ignore, on_listed=ignore, options=ropts, clock=self._clock, rng=self._rng,
+                field_selector=f"metadata.name={self.name}")
+            await self._reflector.run()
+        finally:
+            await api.close()
+
+
+class _NodeReflector(Reflector):
+    """A reflector of one Node that reports :class:`NodeInfo` instead of emitting events."""
+
+    def __init__(self, name: str, on_node: Callable[[NodeInfo], None], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._name = name
+        self._on_node = on_node
+        self._last: NodeInfo | None = None
+
+    def _report(self, info: NodeInfo) -> None:
+        if info != self._last:
+            self._last = info
+            _log.info("node changed", node=info.name, zone=info.zone, eligible=info.eligible)
+            self._on_node(info)
+
+    def _gone(self) -> NodeInfo:
+        zone = self._last.zone if self._last is not None else None
+        return NodeInfo(name=self._name, zone=zone, eligible=False)
+
+    def _absorb_list(self, items: list[Any]) -> None:
+        mine = [i for i in items if isinstance(i, Mapping) and node_info_from(i).name == self._name]
+        if mine:
+            self._report(node_info_from(mine[0]))
+        elif self._last is not None:  # it was there and is gone
+            self._report(self._gone())
+
+    def _apply(self, wl: WatchLine) -> Event | None:
+        if not isinstance(wl.obj, Mapping) or node_info_from(wl.obj).name != self._name:
+            return None
+        self._report(self._gone() if wl.type == "DELETED" else node_info_from(wl.obj))
+        return None
+
+
 # -- the client configuration ------------------------------------------------------------------
+
+
+def check_client_flags(*, kubeconfig: str | os.PathLike[str] | None = None,
+                       master: str | None = None) -> None:
+    """Check ``--kubeconfig`` and ``--master`` before anything starts (kube-proxy fails at start too).
+
+    Raises:
+        ConfigError: the kubeconfig file is missing, unreadable or not a YAML mapping, or
+            ``master`` is not an ``http(s)://HOST[:PORT]`` URL; the message names the flag.
+    """
+    if master is not None:
+        from urllib.parse import urlsplit
+
+        try:
+            parts = urlsplit(master)
+            parts.port  # noqa: B018 - raises ValueError for a bad port
+        except ValueError as err:
+            raise ConfigError(f"--master {master!r}: not a URL: {err}") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname or " " in master:
+            raise ConfigError(f"--master {master!r}: expected an API server URL such as "
+                              "https://10.0.0.1:6443")
+    if kubeconfig is not None:
+        import yaml
+
+        where = os.fspath(kubeconfig)
+        try:
+            with open(where, encoding="utf-8") as fh:
+                doc = yaml.safe_load(fh)
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"--kubeconfig {where!r}: cannot read: "
+                              f"{getattr(err, 'strerror', None) or err}") from None
+        except yaml.YAMLError as err:
+            detail = " ".join(str(err).split())
+            raise ConfigError(f"--kubeconfig {where!r}: not valid YAML: {detail}") from None
+        if not isinstance(doc, Mapping):
+            raise ConfigError(f"--kubeconfig {where!r}: expected a kubeconfig (a YAML mapping), "
+                              f"got {type(doc).__name__}")
+
 
 
 def api_client_factory(

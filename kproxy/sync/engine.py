@@ -170,6 +170,11 @@ class SyncEngine:
                 raise group.exceptions[0] from group
             raise
 
+    def set_node(self, node: NodeConfig) -> None:
+        """Proxy for ``node`` from now on (e.g. its zone label changed): every Service is resynced."""
+        if self.tracker.set_node(node) and self._synced.is_set():
+            self.runner.request()
+
     # -- callbacks from the source -----------------------------------------------------------
 
     def _on_events(self, events: Sequence[Event]) -> None:

@@ -100,6 +100,24 @@ class ChangeTracker:
         """The node Snapshots are built for."""
         return self._node
 
+    def set_node(self, node: NodeConfig) -> bool:
+        """Build Snapshots for ``node`` from now on (its zone changed); every Service is rebuilt.
+
+        Returns:
+            whether the node differs (and every Service is now pending).
+
+        Raises:
+            InvalidArgument: ``node`` is not a NodeConfig.
+        """
+        if not isinstance(node, NodeConfig):
+            raise InvalidArgument(f"expected a NodeConfig, got {type(node).__name__} {node=}")
+        if node == self._node:
+            return False
+        self._node = node
+        for key in self._services:
+            self._touch(key)
+        return True
+
     @property
     def snapshot(self) -> Snapshot | None:
         """The last Snapshot handed out, or None before the first checkout."""

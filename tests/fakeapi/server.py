@@ -3,7 +3,8 @@
 Theory of operation
 -------------------
 It serves Services (``/api/v1/services``), EndpointSlices
-(``/apis/discovery.k8s.io/v1/endpointslices``) and Nodes (``/api/v1/nodes/NAME``) over
+(``/apis/discovery.k8s.io/v1/endpointslices``) and Nodes (``/api/v1/nodes``, list and watch with
+``fieldSelector=metadata.name=NAME``, and ``/api/v1/nodes/NAME``) over
 HTTP on 127.0.0.1, so kubernetes-asyncio talks to it over TCP as to a cluster:
 
 * Every change takes the next value of one resource-version counter (etcd's revision).
@@ -42,6 +43,7 @@ __all__ = ["FakeApiServer", "RequestRecord"]
 _RESOURCES = {
     "services": ("Service", "v1"),
     "endpointslices": ("EndpointSlice", "discovery.k8s.io/v1"),
+    "nodes": ("Node", "v1"),
 }
 _KIND_TO_RESOURCE = {kind: res for res, (kind, _) in _RESOURCES.items()}
 
@@ -66,7 +68,18 @@ class _Change:
 class _Watch:
     resource: str
     matches: Matcher
+    name: str | None = None
     queue: asyncio.Queue[bytes | str] = field(default_factory=asyncio.Queue)
+
+
+def _name_selector(query: Mapping[str, str]) -> str | None:
+    """The name of ``fieldSelector=metadata.name=NAME``, or None (the only field selector served)."""
+    text = query.get("fieldSelector", "")
+    return text.removeprefix("metadata.name=") if text.startswith("metadata.name=") else None
+
+
+def _named(obj: Mapping[str, Any] | None, name: str | None) -> bool:
+    return name is None or (obj is not None and obj.get("metadata", {}).get("name") == name)
 
 
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
@@ -141,6 +154,7 @@ class FakeApiServer:
         app = web.Application(middlewares=[self._failures])
         app.router.add_get("/api/v1/services", self._handle_services)
         app.router.add_get("/apis/discovery.k8s.io/v1/endpointslices", self._handle_slices)
+        app.router.add_get("/api/v1/nodes", self._handle_nodes)
         app.router.add_get("/api/v1/nodes/{name}", self._handle_node)
         self._runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=0.5)
         await self._runner.setup()
@@ -198,8 +212,10 @@ class FakeApiServer:
                 watch.queue.put_nowait(line)
 
     def _event_line(self, watch: _Watch, change: _Change) -> bytes | None:
-        before = change.old is not None and watch.matches(_labels(change.old))
-        after = change.new is not None and watch.matches(_labels(change.new))
+        before = (change.old is not None and watch.matches(_labels(change.old))
+                  and _named(change.old, watch.name))
+        after = (change.new is not None and watch.matches(_labels(change.new))
+                 and _named(change.new, watch.name))
         if change.new is None:
             if not before:
                 return None
@@ -298,12 +314,16 @@ class FakeApiServer:
     async def _handle_slices(self, request: web.Request) -> web.StreamResponse:
         return await self._handle("endpointslices", request)
 
+    async def _handle_nodes(self, request: web.Request) -> web.StreamResponse:
+        return await self._handle("nodes", request)
+
     async def _handle_node(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
         self.requests.append(RequestRecord("nodes", False, dict(request.query)))
-        if name not in self.nodes:
+        found = self.nodes.get(name) or self.objects["nodes"].get(("default", name))
+        if found is None:
             return web.json_response(_status(404, "NotFound", f'nodes "{name}" not found'), status=404)
-        return web.json_response(self.nodes[name])
+        return web.json_response(found)
 
     async def _handle(self, resource: str, request: web.Request) -> web.StreamResponse:
         query = dict(request.query)
@@ -316,7 +336,7 @@ class FakeApiServer:
         items = []
         for key in sorted(self.objects[resource]):
             obj = self.objects[resource][key]
-            if matches(_labels(obj)):
+            if matches(_labels(obj)) and _named(obj, _name_selector(query)):
                 items.append({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
         body = {
             "kind": f"{kind}List",
@@ -339,14 +359,14 @@ class FakeApiServer:
         expired = 0 < from_rv < self.compacted_rv
         if expired and self.expired_as_http:
             return web.json_response(_status(410, "Expired", "too old resource version"), status=410)
-        watch = _Watch(resource, matches)
+        watch = _Watch(resource, matches, _name_selector(query))
         if expired:
             watch.queue.put_nowait(self._expired_line())
             watch.queue.put_nowait("close")
         elif from_rv == 0:
             kind, api_version = _RESOURCES[resource]
             for obj in self.objects[resource].values():
-                if matches(_labels(obj)):
+                if matches(_labels(obj)) and _named(obj, watch.name):
                     watch.queue.put_nowait(_line("ADDED", obj))
         else:
             for change in self.history[resource]:

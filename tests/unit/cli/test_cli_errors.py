@@ -15,7 +15,6 @@ from kproxy.cli.main import main
         (["--bind-address", "not-an-ip"], "--bind-address"),
         (["--loopback-block", "127.0.0.0/33"], "--loopback-block"),
         (["--ip-families", "IPv5"], "--ip-families"),
-        (["--proxy-mode", "nftables"], "--proxy-mode"),
         (["--udp-timeout", "0s"], "--udp-timeout"),
         (["--sync-period", "30"], "--sync-period"),
         (["--drain-timeout", "nan"], "--drain-timeout"),
@@ -29,6 +28,15 @@ def test_bad_flag_exits_2_naming_it(
     status = main(["run", "--manifests", "examples/cluster.yaml", *argv])
     assert status == 2
     assert named in capsys.readouterr().err
+
+
+def test_proxy_mode_offers_only_the_modes_run_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --proxy-mode nftables` is refused by the parser (exit 2), listing userspace and iptables only."""
+    with pytest.raises(SystemExit) as exc:
+        main(["run", "--manifests", "examples/cluster.yaml", "--proxy-mode", "nftables"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--proxy-mode" in err and "'userspace', 'iptables')" in err
 
 
 def test_missing_manifest_path_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
