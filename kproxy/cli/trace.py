@@ -35,7 +35,7 @@ from kproxy.kernel.trace import (
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import IptablesRenderer, nfacct_counters
 
-__all__ = ["add_parser", "run", "trace_from_args"]
+__all__ = ["add_parser", "read_text", "run", "trace_from_args"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -67,11 +67,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     parser.set_defaults(handler=run)
 
 
-def _netns_from_dump(path: str, version: int, node_ips: list[str]) -> Netns:
+def read_text(path: str, flag: str) -> str:
+    """The UTF-8 text of the file ``path`` given with ``flag``.
+
+    Raises:
+        ConfigError: the file cannot be read or is not UTF-8 text (naming the flag and file).
+    """
     try:
-        text = Path(path).read_text()
+        return Path(path).read_bytes().decode("utf-8")
     except OSError as err:
-        raise ConfigError(f"--iptables-save: cannot read {path!r}: {err.strerror or err}") from None
+        raise ConfigError(f"{flag}: cannot read {path!r}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{flag} {path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+                          f"{err.start}; give the text iptables-save prints)") from None
+
+
+def _netns_from_dump(path: str, version: int, node_ips: list[str]) -> Netns:
+    text = read_text(path, "--iptables-save")
     try:
         ruleset = load(text, version=version, strict=False)
     except NetfilterError as err:
@@ -94,10 +106,7 @@ def _netns_from_manifests(args: argparse.Namespace, family: IPFamily) -> Netns:
 def _read(path: str | None, flag: str) -> str | None:
     if path is None:
         return None
-    try:
-        return Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(f"{flag}: cannot read {path!r}: {err.strerror or err}") from None
+    return read_text(path, flag)
 
 
 def _trace_ipvs(args: argparse.Namespace, family: IPFamily) -> TraceResult:

@@ -7,25 +7,30 @@ side and every trace. With ``--iptables-save FILE`` the comparison is between th
 (read leniently, other components' rules included) and the rules kproxy would render for the
 same cluster, both run in the emulator: it compares behaviour (where each packet goes, with what
 probability, masqueraded or not), so renamed chains or reordered independent rules are not
-differences. Exit status: 0 when everything agrees, 1 with the minimal disagreement, 2 for bad
-flags.
+differences (the dump must be a node's ``iptables-save``, with the jump rules from the built-in
+chains that kube-proxy installs outside its restore; ``kproxy render`` output lacks them). With
+``--node-ip``, only the families the node has an address of are checked, as kube-proxy proxies a
+family only when the node has it. Exit status: 0 when everything agrees, 1 with the minimal
+disagreement, 2 for bad flags or input (a missing manifest path, an empty or unreadable dump,
+manifests with problems or without any service port, unless ``--allow-problems``).
 """
 
 from __future__ import annotations
 
 import argparse
 import ipaddress
+import re
 import socket
 import sys
 from collections import Counter
-from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from emulation.errors import NetfilterError
 from emulation.netfilter import load
-from kproxy.errors import ConfigError, InvalidArgument
+from kproxy.cli.trace import read_text
+from kproxy.errors import ConfigError, InvalidArgument, SourceError
 from kproxy.model import EndpointSlice, IPFamily, Service
 from kproxy.testing import Cluster, Comparison, NodeSpec, compare, packets
 from kproxy.testing.equivalence import format_comparison
@@ -47,9 +52,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     node.add_argument("--hostname-override", default=None, metavar="NAME",
                       help="this node's name; endpoints with this nodeName are local (default: host name)")
     node.add_argument("--node-ip", action="append", default=[], metavar="IP",
-                      help="a node IP (at most one per family; default 192.168.0.2 and 2001:db8::2)")
+                      help="a node IP (at most one per family; default 192.168.0.2 and 2001:db8::2); "
+                           "only the families given are checked")
     node.add_argument("--ip-family", default=None, choices=("IPv4", "IPv6"),
-                      help="the family checked (default: both; with --iptables-save, the first --node-ip's)")
+                      help="the family checked (default: the --node-ip families, else both; with "
+                           "--iptables-save, the first --node-ip's)")
     ipt = parser.add_argument_group("iptables")
     ipt.add_argument("--cluster-cidr", default=None, metavar="CIDR[,CIDR]",
                      help="pod CIDRs (default 10.244.0.0/16,fd00:10:244::/48); this node's pods are "
@@ -65,7 +72,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        help="packets generated (default 500)")
     check.add_argument("--seed", type=int, default=0, metavar="S", help="the generator's seed (default 0)")
     check.add_argument("--iptables-save", default=None, metavar="FILE",
-                       help="a node's iptables-save (or -c) output to compare with kproxy's rules")
+                       help="a node's iptables-save (or -c) output to compare with kproxy's rules (not "
+                            "`kproxy render` output: it lacks the jumps from the built-in chains)")
+    check.add_argument("--allow-problems", action="store_true",
+                       help="check even when the manifests had problems or yield no service port "
+                            "(default: exit 2 listing them)")
     parser.set_defaults(handler=run)
 
 
@@ -73,12 +84,31 @@ def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip()) if text else ()
 
 
-def _families(args: argparse.Namespace) -> tuple[IPFamily, ...]:
+def _node_ips(args: argparse.Namespace) -> tuple[str, ...]:
+    seen: dict[int, str] = {}
+    for ip in args.node_ip:
+        try:
+            version = ipaddress.ip_address(ip.strip()).version
+        except ValueError:
+            raise ConfigError(f"--node-ip: expected an IP address, got {ip!r}") from None
+        if version in seen:
+            raise ConfigError(f"--node-ip: at most one address per family, got {seen[version]} and {ip}")
+        seen[version] = ip.strip()
+    return tuple(seen.values())
+
+
+def _families(args: argparse.Namespace, node_ips: tuple[str, ...]) -> tuple[IPFamily, ...]:
+    """The families checked: kube-proxy proxies a family only when the node has an address of it."""
+    have = tuple(IPFamily.IPv6 if ":" in ip else IPFamily.IPv4 for ip in node_ips)
     if args.ip_family:
-        return (IPFamily(args.ip_family),)
+        family = IPFamily(args.ip_family)
+        if node_ips and family not in have:
+            raise ConfigError(f"--ip-family {family}: no --node-ip of that family "
+                              f"(given: {', '.join(node_ips)})")
+        return (family,)
     if args.iptables_save:
-        return (IPFamily.IPv6 if args.node_ip and ":" in args.node_ip[0] else IPFamily.IPv4,)
-    return (IPFamily.IPv4, IPFamily.IPv6)
+        return have[:1] or (IPFamily.IPv4,)
+    return have or (IPFamily.IPv4, IPFamily.IPv6)
 
 
 def node_from_args(args: argparse.Namespace) -> NodeSpec:
@@ -97,10 +127,11 @@ def node_from_args(args: argparse.Namespace) -> NodeSpec:
             raise ConfigError(f"--cluster-cidr: expected CIDRs, got {cidr!r}") from None
         size = 24 if net.version == 4 else 64
         local.append(str(next(net.subnets(new_prefix=size)) if net.prefixlen < size else net))
+    node_ips = _node_ips(args)
     try:
-        return NodeSpec(hostname=hostname, node_ips=tuple(args.node_ip) or NodeSpec().node_ips,
+        return NodeSpec(hostname=hostname, node_ips=node_ips or NodeSpec().node_ips,
                         cluster_cidrs=cidrs, local_pod_cidrs=tuple(local), masquerade_all=args.masquerade_all,
-                        nodeport_addresses=_csv(args.nodeport_addresses), families=_families(args))
+                        nodeport_addresses=_csv(args.nodeport_addresses), families=_families(args, node_ips))
     except InvalidArgument as err:
         raise ConfigError(f"node flags (--node-ip, --cluster-cidr): {err}") from None
 
@@ -146,11 +177,36 @@ def search(cluster: Cluster, modes: list[str | ModeAdapter], *, examples: int, s
     return None
 
 
+_JUMP_TO_SERVICES = re.compile(r"^(?:\[\d+:\d+\]\s+)?-A\s+(PREROUTING|OUTPUT)\s.*-j\s+KUBE-SERVICES(\s|$)")
+
+
+def _check_dump(path: str, text: str) -> None:
+    """Refuse an empty dump, and one with KUBE chains but no jump into them (``kproxy render`` output).
+
+    Raises:
+        ConfigError: saying which, and what to give instead.
+    """
+    lines = [line.strip() for line in text.splitlines()]
+    if not any(line and not line.startswith("#") for line in lines):
+        raise ConfigError(f"--iptables-save {path}: the file is empty; give a node's iptables-save output")
+    table = ""
+    kube = jumps = False
+    for line in lines:
+        if line.startswith("*"):
+            table = line[1:].strip()
+        elif line.startswith(":KUBE-"):
+            kube = True
+        elif table == "nat" and _JUMP_TO_SERVICES.match(line):
+            jumps = True
+    if kube and not jumps:
+        raise ConfigError(f"--iptables-save {path}: the dump has no jump rules into KUBE-SERVICES: was it "
+                          "made with `kproxy render`? A node's `iptables-save` has them (kube-proxy "
+                          "installs the jumps from PREROUTING and OUTPUT outside its restore)")
+
+
 def _dump_adapter(path: str, family: IPFamily) -> DumpAdapter:
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise ConfigError(f"--iptables-save: cannot read {path!r}: {err.strerror or err}") from None
+    text = read_text(path, "--iptables-save")
+    _check_dump(path, text)
     try:
         ruleset = load(text, version=6 if family is IPFamily.IPv6 else 4, strict=False)
     except NetfilterError as err:
@@ -162,19 +218,35 @@ def run(args: argparse.Namespace) -> int:
     """``kproxy verify``: 0 when everything agrees, 1 with the minimal disagreement.
 
     Raises:
-        ConfigError: a bad flag value, an unreadable dump, or an unknown mode.
-        SourceError: a manifest path does not exist.
+        ConfigError: a bad flag value, a missing manifest path, an empty, unreadable or rendered
+            dump, an unknown mode, or manifests with problems or no service port (without
+            ``--allow-problems``).
     """
     from kproxy.sources.manifests import load_manifests
 
     if args.examples < 1:
         raise ConfigError(f"--examples: expected a count >= 1, got {args.examples}")
+    if args.modes is not None and args.iptables_save:
+        raise ConfigError("--modes does not go with --iptables-save (which compares iptables with the dump)")
+    if args.modes is not None and not _csv(args.modes):
+        raise ConfigError(f"--modes: expected mode names, comma-separated, got {args.modes!r}; "
+                          f"available: {','.join(available_modes())}")
     node = node_from_args(args)
-    objects, problems = load_manifests(args.manifests)
+    try:
+        objects, problems = load_manifests(args.manifests)
+    except SourceError as err:
+        raise ConfigError(f"--manifests: {err}") from None
     for problem in problems:
         print(f"kproxy: warning: {problem}", file=sys.stderr)
     cluster = Cluster.from_objects([o for o in objects if isinstance(o, Service)],
                                    [o for o in objects if isinstance(o, EndpointSlice)], node)
+    families = ",".join(node.families)
+    if not args.allow_problems and (problems or not cluster.snapshot):
+        why = [f"  {p}" for p in problems]
+        if not cluster.snapshot:
+            why.append(f"  the manifests yield no service port of {families} on node {node.hostname!r}")
+        raise ConfigError("--manifests: refusing to check (nothing would be proven):\n" + "\n".join(why)
+                          + "\nfix the manifests, or pass --allow-problems to check what was read")
     modes: list[str | ModeAdapter]
     try:
         if args.iptables_save:
@@ -189,11 +261,12 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(str(err)) from None
     names = [m if isinstance(m, str) else m.name for m in modes]
     if failure is not None:
-        print(f"kproxy verify: {' and '.join(names)} disagree; the minimal packet:\n", file=sys.stdout)
+        print(f"kproxy verify: {' and '.join(names)} disagree (families checked: {families}); "
+              "the minimal packet:\n", file=sys.stdout)
         print(format_comparison(failure))
         return 1
     known = ", ".join(f"{k} x{v}" for k, v in sorted(tally.items()) if k != "packets")
     print(f"kproxy verify: {', '.join(names)} agree on {tally['packets']} packets "
-          f"({len(cluster.snapshot)} service ports; seed {args.seed})"
+          f"({len(cluster.snapshot)} service ports; families checked: {families}; seed {args.seed})"
           + (f"; known differences: {known}" if known else ""))
     return 0

@@ -117,7 +117,7 @@ class NodeSpec:
 
     def __post_init__(self) -> None:
         if not self.families or len(set(self.families)) != len(self.families):
-            raise InvalidArgument(f"families: expected IPv4 and/or IPv6 once each, got {self.families=}")
+            raise InvalidArgument(f"families: expected IPv4 and/or IPv6 once each, got {self.families!r}")
         seen: set[int] = set()
         for ip in self.node_ips:
             try:
@@ -125,7 +125,7 @@ class NodeSpec:
             except ValueError:
                 raise InvalidArgument(f"node_ips: expected IP addresses, got {ip!r}") from None
             if version in seen:
-                raise InvalidArgument(f"node_ips: one address per family, got {self.node_ips=}")
+                raise InvalidArgument(f"node_ips: one address per family, got {self.node_ips!r}")
             seen.add(version)
         for name in ("cluster_cidrs", "local_pod_cidrs"):
             versions = [_network(c, name).version for c in getattr(self, name)]
@@ -213,9 +213,11 @@ class Packet:
         try:
             src, dst = ipaddress.ip_address(self.src), ipaddress.ip_address(self.dst)
         except ValueError:
-            raise InvalidArgument(f"src and dst must be IP addresses, got {self.src=}, {self.dst=}") from None
+            raise InvalidArgument(f"src and dst must be IP addresses, got src={self.src!r}, "
+                                  f"dst={self.dst!r}") from None
         if src.version != dst.version:
-            raise InvalidArgument(f"src and dst must be of one family, got {self.src=}, {self.dst=}")
+            raise InvalidArgument(f"src and dst must be of one family, got src={self.src!r}, "
+                                  f"dst={self.dst!r}")
         object.__setattr__(self, "src", str(src))
         object.__setattr__(self, "dst", str(dst))
         for name in ("sport", "dport"):
@@ -249,6 +251,25 @@ class Packet:
                 f"{join_host_port(self.dst, self.dport)} ({self.origin} to {self.target})")
 
 
+_KINDS = ("Service", "EndpointSlice")
+
+
+def _check_kind(item: object, where: str) -> None:
+    """Refuse anything but a Service, an EndpointSlice or a List of them (nothing silently ignored)."""
+    kind = item.get("kind") if isinstance(item, Mapping) else None
+    if kind == "List" or (isinstance(kind, str) and kind.endswith("List") and kind[:-4] in _KINDS):
+        items = item.get("items") if isinstance(item, Mapping) else None
+        if not isinstance(items, list):
+            raise InvalidArgument(f"{where}: a {kind} without an items list")
+        for j, sub in enumerate(items):
+            _check_kind(sub, f"{where}.items[{j}]")
+        return
+    if kind not in _KINDS:
+        shown = repr(item) if len(repr(item)) <= 80 else repr(item)[:77] + "..."
+        raise InvalidArgument(f"{where}: expected a Service or EndpointSlice dict (or a List of them), got "
+                              f"kind {kind!r}: {shown}")
+
+
 def _fingerprint(manifests: Sequence[Mapping[str, Any]], node: NodeSpec) -> str:
     text = json.dumps([list(manifests), repr(node)], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -269,7 +290,8 @@ class Cluster:
         fingerprint: a digest of ``manifests`` and ``node``.
 
     Raises:
-        InvalidArgument: a manifest does not parse (the message quotes the problem).
+        InvalidArgument: a manifest is not a Service, EndpointSlice or List of them (naming its
+            index), or does not parse (the message quotes the problem).
     """
 
     manifests: tuple[Mapping[str, Any], ...]
@@ -281,6 +303,8 @@ class Cluster:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "manifests", tuple(self.manifests))
+        for i, item in enumerate(self.manifests):
+            _check_kind(item, f"manifests[{i}]")
         result = parse_objects({"apiVersion": "v1", "kind": "List", "items": list(self.manifests)},
                                source="cluster")
         if result.problems:

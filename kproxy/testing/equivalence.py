@@ -10,13 +10,18 @@ A disagreement is reported with every mode's outcome side by side and every mode
 
 from __future__ import annotations
 
+import dataclasses
+import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from emulation.errors import NetfilterError
 from kproxy.errors import InvalidArgument, KproxyError
+from kproxy.kernel.trace import trace_packet
 from kproxy.testing.cluster import Cluster, Packet
 from kproxy.testing.differences import KNOWN_DIFFERENCES, KnownDifference, applicable_differences
-from kproxy.testing.modes import DEFAULT_MODES, ModeAdapter, get_mode
+from kproxy.testing.modes import DEFAULT_MODES, DumpAdapter, ModeAdapter, get_mode
 from kproxy.testing.outcome import Outcome, probabilities_agree
 
 __all__ = [
@@ -117,6 +122,8 @@ def compare(
             mismatches += [(ma, mb, what) for what in disagreements(outcomes[ma], outcomes[mb])]
     if mismatches and not trace:
         outcomes = {a.name: a.outcome(cluster, packet, trace=True) for a in adapters}
+    if mismatches or trace:
+        outcomes = {a.name: _detailed(a, cluster, packet, outcomes[a.name]) for a in adapters}
     return Comparison(cluster=cluster, packet=packet, outcomes=outcomes, excused=excused,
                       mismatches=tuple(mismatches))
 
@@ -144,14 +151,55 @@ def assert_equivalent(
     return result
 
 
+def _detailed(adapter: ModeAdapter, cluster: Cluster, packet: Packet, outcome: Outcome) -> Outcome:
+    """``outcome`` with a netfilter mode's trace as ``kproxy trace`` shows it (input line numbers,
+    UNKNOWN steps, every outcome with its probability) and the uncertain share of the connections
+    not sent to an endpoint; other modes as is."""
+    netns_of = getattr(adapter, "netns", None)
+    if not callable(netns_of):
+        return outcome
+    try:
+        # Rendered rules: the built-in chains' jumps are not in the restore input (as kproxy trace).
+        result = trace_packet(netns_of(cluster, packet.family), packet.to_emulated(),
+                              zero_builtin_lines=not isinstance(adapter, DumpAdapter))
+    except (NetfilterError, InvalidArgument):
+        return outcome
+    lines = []
+    for t in result.trace:
+        where = f"line {t.line}" if t.line else "-"
+        label = {"match": "", "policy": "policy ", "unknown": "UNKNOWN "}.get(t.result, t.result + " ")
+        lines.append(f"{t.hook} {t.table} {t.chain} ({where}): {label}{t.rule}")
+    for p, o in result.outcomes:
+        flag = " (uncertain: a match or target the emulator does not model was met)" if o.uncertain else ""
+        lines.append(f"outcome p={p:.10g} {o.verdict} {o.reason}{flag}")
+    uncertain = min(1.0, sum(p for p, o in result.outcomes
+                             if o.uncertain and not (o.verdict == "ACCEPT" and o.dnat)))
+    return dataclasses.replace(outcome, trace=tuple(lines), uncertain=uncertain)
+
+
+def _wrap(line: str, width: int) -> list[str]:
+    """``line`` wrapped at spaces to ``width``, continuation lines indented under its value;
+    a word longer than a line is cut and marked with an ellipsis."""
+    if len(line) <= width:
+        return [line]
+    body = line.lstrip()
+    lead = len(line) - len(body)
+    label = re.match(r"\S+\s{2,}", body)  # "why:        " or "endpoint:port   "
+    hang = min(lead + (label.end() if label else 2), width // 2)
+    pieces = textwrap.wrap(body, width, initial_indent=" " * lead, subsequent_indent=" " * hang,
+                           break_long_words=False, break_on_hyphens=False) or [line]
+    return [p if len(p) <= width else p[:width - 1] + "…" for p in pieces]
+
+
 def _side_by_side(columns: Mapping[str, list[str]], width: int = 58) -> list[str]:
     names = list(columns)
-    rows = max(len(c) for c in columns.values())
-    out = ["  ".join(f"{n:<{width}}" for n in names).rstrip(),
+    wrapped = {n: [w for line in columns[n] for w in _wrap(line, width)] for n in names}
+    rows = max(len(c) for c in wrapped.values())
+    out = ["  ".join(f"{n[:width]:<{width}}" for n in names).rstrip(),
            "  ".join("-" * width for _ in names)]
     for r in range(rows):
-        cells = [(columns[n][r] if r < len(columns[n]) else "") for n in names]
-        out.append("  ".join(f"{c[:width]:<{width}}" for c in cells).rstrip())
+        cells = [(wrapped[n][r] if r < len(wrapped[n]) else "") for n in names]
+        out.append("  ".join(f"{c:<{width}}" for c in cells).rstrip())
     return out
 
 

@@ -99,6 +99,9 @@ class Outcome:
             connections sampled otherwise.
         summary: one line saying why (the deciding rule, listener or table entry).
         trace: the mode's own trace, one line per step (rules matched, balancer decisions).
+        uncertain: the share of connections not sent to an endpoint whose fate is uncertain (a
+            match or target the emulator does not model was met on their way); 0 when known.
+            Shown by :meth:`describe` (with the share not translated), not compared.
     """
 
     mode: str
@@ -108,13 +111,16 @@ class Outcome:
     samples: int | None = None
     summary: str = ""
     trace: tuple[str, ...] = ()
+    uncertain: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "verdict", Verdict(self.verdict))
         if not isinstance(self.endpoints, EndpointShares):
             object.__setattr__(self, "endpoints", EndpointShares(self.endpoints))
         if self.samples is not None and self.samples < 1:
-            raise InvalidArgument(f"samples must be None or >= 1, got {self.samples=}")
+            raise InvalidArgument(f"samples must be None or >= 1, got samples={self.samples!r}")
+        if isinstance(self.uncertain, bool) or not 0 <= self.uncertain <= 1 + 1e-9:
+            raise InvalidArgument(f"uncertain must be a share in 0..1, got uncertain={self.uncertain!r}")
 
     @property
     def translated(self) -> bool:
@@ -127,6 +133,12 @@ class Outcome:
         how = "exact" if self.samples is None else f"sampled over {self.samples} connections"
         lines = [f"verdict:    {self.verdict}", f"masquerade: {masq}", f"endpoints:  ({how})"]
         lines += [f"  {a:<30} {_fmt(p)}" for a, p in self.endpoints.items()] or ["  none (not translated)"]
+        rest = 1 - float(sum(self.endpoints.values()))
+        if self.uncertain > PROBABILITY_TOLERANCE:
+            lines.append(f"  {'uncertain:':<30} {_fmt(self.uncertain)}")
+            rest -= self.uncertain
+        if self.endpoints and self.samples is None and rest > PROBABILITY_TOLERANCE:
+            lines.append(f"  {'not translated:':<30} {_fmt(rest)}")
         if self.summary:
             lines.append(f"why:        {self.summary}")
         return lines

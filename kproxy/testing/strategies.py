@@ -33,6 +33,7 @@ naming the argument); no strategy here can be empty.
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -61,6 +62,7 @@ _EXTERNAL = {4: "203.0.113.0/24", 6: "2001:db8:203::/64"}
 _UNKNOWN_IPS = {4: ("10.96.255.254", "8.8.8.8", "192.168.99.250"), 6: ("fd00:10:96::fffe", "2001:db8:99::fa")}
 _SERVICE_PORTS = (80, 443, 53, 8080, 1, 65535)
 _ENDPOINT_PORTS = (8080, 8081, 9376, 1, 65535)
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 #: Endpoint conditions, as the API may carry them (missing fields default as the API does).
 _CONDITIONS: tuple[dict[str, bool], ...] = (
     {},
@@ -174,8 +176,9 @@ def services(
     _check_bounds("min_ports", min_ports, "max_ports", max_ports, floor=1, ceiling=8)
     if isinstance(protocols, str) or not protocols or any(p not in Protocol.__members__ for p in protocols):
         raise InvalidArgument(f"protocols must be a non-empty sequence of TCP, UDP, SCTP, got {protocols!r}")
-    if not isinstance(namespace, str) or not namespace:
-        raise InvalidArgument(f"namespace must be a non-empty string, got {namespace!r}")
+    if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
+        raise InvalidArgument(f"namespace must be a DNS label (lower-case letters, digits and '-', at "
+                              f"most 63, starting and ending with a letter or digit), got {namespace!r}")
     stacks: list[tuple[IPFamily, ...]] = [(f,) for f in fams]
     if len(fams) == 2:
         stacks += [fams, fams[::-1]]
@@ -263,24 +266,37 @@ def endpoint_slices(
         InvalidArgument: a malformed ``service`` or a bound out of range (naming it).
     """
     spec = service.get("spec") if isinstance(service, dict) else None
-    if not isinstance(spec, dict) or not spec.get("ports") or not spec.get("clusterIPs"):
+    cluster_ips = _cluster_ips(spec) if isinstance(spec, dict) else []
+    if not isinstance(spec, dict) or not spec.get("ports") or not cluster_ips:
         raise InvalidArgument(
-            f"service must be a Service dict with spec.ports and spec.clusterIPs, got {service!r}")
+            f"service must be a Service dict with spec.ports and spec.clusterIPs (or spec.clusterIP), "
+            f"got {service!r}")
+    for ip in cluster_ips:
+        try:
+            ipaddress.ip_address(ip)
+        except ValueError:
+            raise InvalidArgument(f"service: spec.clusterIPs holds {ip!r}, not an IP address") from None
     _check_bounds("min_endpoints", min_endpoints, "max_endpoints", max_endpoints, ceiling=16)
     _check_bounds("max_slices", max_slices, "max_slices", max_slices, ceiling=8)
     spec_node = node or NodeSpec()
     if not isinstance(spec_node, NodeSpec):
         raise InvalidArgument(f"node must be a NodeSpec, got {node!r}")
-    return _slices(service, spec_node, min_endpoints, max_endpoints, max_slices)
+    return _slices(service, tuple(cluster_ips), spec_node, min_endpoints, max_endpoints, max_slices)
+
+
+def _cluster_ips(spec: dict[str, Any]) -> list[str]:
+    """``spec.clusterIPs``, else ``[spec.clusterIP]`` (a Service written before dual-stack); not ``None``."""
+    ips = spec.get("clusterIPs") or ([spec["clusterIP"]] if spec.get("clusterIP") else [])
+    return [ip for ip in ips if isinstance(ip, str) and ip != "None"]
 
 
 @st.composite
-def _slices(draw: st.DrawFn, service: dict[str, Any], node: NodeSpec, min_eps: int, max_eps: int,
-            max_slices: int) -> list[dict[str, Any]]:
+def _slices(draw: st.DrawFn, service: dict[str, Any], cluster_ips: tuple[str, ...], node: NodeSpec,
+            min_eps: int, max_eps: int, max_slices: int) -> list[dict[str, Any]]:
     meta = service["metadata"]
     ports = _service_port_names(service)
     out: list[dict[str, Any]] = []
-    for cluster_ip in service["spec"]["clusterIPs"]:
+    for cluster_ip in cluster_ips:
         version = ipaddress.ip_address(cluster_ip).version
         local = node.local_pod_cidr(version)
         pools = {node.hostname: _pod_ips(local) if local else [],

@@ -107,3 +107,102 @@ def test_a_bad_cluster_cidr_is_a_usage_error(manifests: Path, capsys: pytest.Cap
     """--cluster-cidr that is not a CIDR exits 2 naming the flag."""
     assert main(["verify", "--manifests", str(manifests), "--cluster-cidr", "nope"]) == 2
     assert "--cluster-cidr" in capsys.readouterr().err
+
+
+DUAL_STACK = """\
+apiVersion: v1
+kind: Service
+metadata: {namespace: ns, name: web}
+spec:
+  type: NodePort
+  clusterIPs: [10.96.0.10, "fd00:10:96::10"]
+  ports: [{name: http, port: 80, targetPort: 8080, nodePort: 30080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {namespace: ns, name: web-1, labels: {kubernetes.io/service-name: web}}
+addressType: IPv4
+endpoints: [{addresses: [10.244.1.5], nodeName: node-b}]
+ports: [{name: http, port: 8080}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata: {namespace: ns, name: web-2, labels: {kubernetes.io/service-name: web}}
+addressType: IPv6
+endpoints: [{addresses: ["fd00:10:244:1::5"], nodeName: node-b}]
+ports: [{name: http, port: 8080}]
+"""
+
+
+def test_an_ipv4_only_node_checks_only_ipv4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With an IPv4 --node-ip only, a dual-stack Service is checked in IPv4 only, and the output says so."""
+    path = tmp_path / "ds.yaml"
+    path.write_text(DUAL_STACK)
+    assert main(["verify", "--manifests", str(path), "--hostname-override", "node-a", "--node-ip", "192.168.0.2", "--examples", "200"]) == 0
+    assert "families checked: IPv4;" in capsys.readouterr().out
+
+
+def test_a_missing_manifest_path_exits_2_without_a_fatal_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A --manifests path that does not exist is an input error: exit 2, a plain message, no "fatal" log line."""
+    assert main(["verify", "--manifests", str(tmp_path / "nope.yaml")]) == 2
+    captured = capsys.readouterr()
+    assert "kproxy: --manifests:" in captured.err and "fatal" not in captured.err + captured.out
+
+
+@pytest.mark.parametrize("content", ["x: [\n", "apiVersion: v1\nkind: Service\nmetadata: {namespace: ns}\nspec: {clusterIP: 10.96.0.1, ports: [{port: 80}]}\n", ""])
+def test_manifests_with_problems_or_no_ports_refuse_to_agree(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str) -> None:
+    """A YAML error, a nameless Service or an empty file exits 2 saying why, not "agree"; --allow-problems checks anyway."""
+    path = tmp_path / "c.yaml"
+    path.write_text(content)
+    assert main(["verify", "--manifests", str(path), *FLAGS, "--examples", "5"]) == 2
+    captured = capsys.readouterr()
+    assert "refusing to check" in captured.err and "agree" not in captured.out
+    assert main(["verify", "--manifests", str(path), *FLAGS, "--examples", "5", "--allow-problems"]) == 0
+
+
+def test_an_empty_dump_exits_2(manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty --iptables-save file is an input error (exit 2), not a disagreement."""
+    path = tmp_path / "empty"
+    path.write_text("")
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--iptables-save", str(path)]) == 2
+    assert "empty" in capsys.readouterr().err
+
+
+def test_an_unreadable_dump_exits_2(manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An --iptables-save path that cannot be read (a folder) exits 2 naming the flag."""
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--iptables-save", str(tmp_path)]) == 2
+    assert "--iptables-save: cannot read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["verify", "trace"])
+def test_a_binary_dump_is_not_utf8_text(manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
+    """Binary --iptables-save content exits 2 with "not UTF-8 text", in verify and in trace, without a traceback."""
+    path = tmp_path / "dump.bin"
+    path.write_bytes(b"\xff\xfe\x00*nat\n\x80\x81")
+    argv = (["verify", "--manifests", str(manifests), *FLAGS] if command == "verify"
+            else ["trace", "--src", "10.0.0.5", "--dst", "10.96.0.10:80"])
+    assert main([*argv, "--iptables-save", str(path)]) == 2
+    assert f"kproxy: --iptables-save {path}: not UTF-8 text (" in capsys.readouterr().err
+
+
+def test_a_rendered_dump_is_refused_with_the_reason(manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kproxy render` output (KUBE chains, no jump into KUBE-SERVICES) exits 2 saying it lacks the jump rules."""
+    path = tmp_path / "render.txt"
+    assert main(["render", "--manifests", str(manifests), "--proxy-mode", "iptables", *FLAGS]) == 0
+    path.write_text(capsys.readouterr().out)
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--iptables-save", str(path)]) == 2
+    assert "the dump has no jump rules into KUBE-SERVICES: was it made with `kproxy render`?" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra", [["--modes", ",,"], ["--modes", "userspace", "--iptables-save", "x"]])
+def test_empty_or_ignored_modes_are_usage_errors(manifests: Path, capsys: pytest.CaptureFixture[str], extra: list[str]) -> None:
+    """--modes naming nothing, or given with --iptables-save (where it would be ignored), exits 2 naming --modes."""
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, *extra]) == 2
+    assert "--modes" in capsys.readouterr().err
+
+
+def test_two_node_ips_of_a_family_name_the_flag(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two --node-ip of one family exit 2 naming --node-ip, not an internal attribute."""
+    assert main(["verify", "--manifests", str(manifests), "--node-ip", "192.168.0.2", "--node-ip", "192.168.0.3"]) == 2
+    err = capsys.readouterr().err
+    assert "--node-ip" in err and "self." not in err

@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import kproxy.testing
@@ -52,3 +57,29 @@ def test_the_public_surface_is_exported_sorted_and_documented() -> None:
     assert len(names) == len(set(names))
     assert all(hasattr(kproxy.testing, n) for n in names)
     assert all(getattr(kproxy.testing, n).__doc__ for n in names if callable(getattr(kproxy.testing, n)))
+
+
+def _fresh_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """pytest in a fresh project at ``tmp_path`` (its own rootdir and ini: strict asyncio mode)."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
+                           "-c", str(tmp_path / "pytest.ini"), *args], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_the_readme_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
+    """The README's plugin example, copied into a project without asyncio_mode=auto, passes as written."""
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    snippet = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "kproxy_cluster" in block)
+    (tmp_path / "test_readme.py").write_text(snippet)
+    result = _fresh_pytest(tmp_path, "--kproxy-modes", "userspace,iptables")
+    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(("value", "says"), [("userspace,nope", "--kproxy-modes: unknown mode 'nope'"), (",,", "--kproxy-modes: expected mode names")])
+def test_a_bad_kproxy_modes_is_one_usage_error_at_start_up(tmp_path: Path, value: str, says: str) -> None:
+    """A bad --kproxy-modes stops pytest before any test runs with a usage error prefixed --kproxy-modes:."""
+    (tmp_path / "test_any.py").write_text("def test_a():\n    pass\n")
+    result = _fresh_pytest(tmp_path, f"--kproxy-modes={value}")
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR and says in result.stderr
+    assert "passed" not in result.stdout

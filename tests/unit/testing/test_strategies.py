@@ -11,7 +11,17 @@ from hypothesis import strategies as st
 
 from kproxy.errors import InvalidArgument
 from kproxy.model import IPFamily
-from kproxy.testing import Cluster, NodeSpec, Origin, Target, clusters, endpoint_slices, packets, services
+from kproxy.testing import (
+    Cluster,
+    NodeSpec,
+    Origin,
+    Packet,
+    Target,
+    clusters,
+    endpoint_slices,
+    packets,
+    services,
+)
 
 SERVICE = {"apiVersion": "v1", "kind": "Service", "metadata": {"namespace": "ns", "name": "svc0"},
            "spec": {"clusterIPs": ["10.96.0.1"], "ports": [{"port": 80}]}}
@@ -94,3 +104,39 @@ def test_single_family_nodes_get_single_family_packets() -> None:
         assert data.draw(packets(cluster)).family is IPFamily.IPv6
 
     check()
+
+
+def test_endpoint_slices_accept_a_service_with_only_cluster_ip() -> None:
+    """A Service with spec.clusterIP and no spec.clusterIPs (written before dual-stack) gets slices of that family."""
+    legacy = {**SERVICE, "spec": {"clusterIP": "10.96.0.1", "ports": [{"port": 80}]}}
+
+    @settings(max_examples=20, deadline=None, derandomize=True)
+    @given(endpoint_slices(legacy, min_endpoints=1))
+    def check(slices: list[dict[str, Any]]) -> None:
+        assert all(s["addressType"] == "IPv4" for s in slices)
+
+    check()
+
+
+def test_services_refuse_a_namespace_that_is_not_a_dns_label() -> None:
+    """services(namespace="Bad_NS") raises InvalidArgument naming namespace, as the API server would refuse it."""
+    with pytest.raises(InvalidArgument, match="namespace"):
+        services(namespace="Bad_NS")
+
+
+def test_cluster_refuses_an_object_of_another_kind() -> None:
+    """Cluster(manifests=({"kind": "Garbage"},)) raises InvalidArgument naming the item instead of ignoring it."""
+    with pytest.raises(InvalidArgument, match=r"manifests\[1\]: .*'Garbage'"):
+        Cluster(manifests=(SERVICE, {"kind": "Garbage"}))
+
+
+@pytest.mark.parametrize(("make", "named"), [
+    (lambda: NodeSpec(node_ips=("192.168.0.2", "192.168.0.3")), "node_ips"),
+    (lambda: NodeSpec(families=()), "families"),
+    (lambda: Packet(src="10.0.0.1", dst="fd00::1", sport=1, dport=1), "src"),
+])
+def test_messages_name_the_argument_not_internal_attributes(make: Any, named: str) -> None:
+    """Errors name the argument (node_ips=, src=) and never show internal names such as self.node_ips=."""
+    with pytest.raises(InvalidArgument, match=named) as info:
+        make()
+    assert "self." not in str(info.value)
