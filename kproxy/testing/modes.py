@@ -18,11 +18,16 @@ at given times) for session-affinity checks. Adapters are registered by name
 - ``iptables-sampled``: the same rules, with the packet *sent* ``samples`` times from fresh
   state with a seeded generator; a check of the emulator's sampling path and of the statistical
   bound used for sampled modes.
-- ``ipvs``: registered only when :mod:`kproxy.modes.ipvs` exists (see :func:`available_modes`).
+- ``ipvs``: kube-proxy's IPVS table, ipsets and rules on an emulated node
+  (:class:`IpvsAdapter`); the verdict is the first packet's, the distribution and masquerade
+  those of simulated new connections (sampled). Registered only when :mod:`kproxy.modes.ipvs`
+  exists (see :func:`available_modes`); its real differences from iptables are in
+  :mod:`kproxy.testing.differences`.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import random
 from collections import Counter, OrderedDict
@@ -57,7 +62,7 @@ __all__ = [
 ]
 
 #: The modes checked when none are named.
-DEFAULT_MODES: tuple[str, ...] = ("userspace", "iptables")
+DEFAULT_MODES: tuple[str, ...] = ("userspace", "iptables", "ipvs")
 
 
 @runtime_checkable
@@ -355,6 +360,11 @@ register_mode("iptables", IptablesAdapter)
 register_mode("iptables-sampled", IptablesSampledAdapter)
 
 
+#: Longer than any IPVS connection entry the adapter creates lives (TCP SYN_RECV, UDP: 300 s), so a
+#: persistence template, kept while it controls connections, has expired after it.
+_IPVS_CONN_LIFE_S = 3600
+
+
 class IpvsAdapter:
     """The ipvs mode in the emulator: kube-proxy's IPVS table, ipsets and rules on an emulated node.
 
@@ -393,16 +403,43 @@ class IpvsAdapter:
         return node
 
     def outcome(self, cluster: Cluster, packet: Packet, *, trace: bool = False) -> Outcome:
-        """Shares of ``connections`` new connections (see :class:`ModeAdapter`)."""
+        """Shares of ``connections`` new connections (see :class:`ModeAdapter`).
+
+        The verdict and trace are the first packet's. The shares and masquerade are those of the
+        simulated connections, on a copy of the node: masquerade when any of them is
+        masqueraded (as iptables' enumeration: any outcome), and with ClientIP affinity the
+        connections are spaced past every persistence template's life (the affinity timeout,
+        and the IPVS connections that keep a template alive), so each is a *first* connection
+        scheduled afresh rather than one client following its template.
+        """
         from kproxy.kernel.ipvs_trace import trace_ipvs
 
-        result = trace_ipvs(self._node(cluster, packet.family), packet.to_emulated(),
-                            connections=self.samples)
-        translated = bool(result.endpoints)
+        node = self._node(cluster, packet.family)
+        emulated = packet.to_emulated()
+        result = trace_ipvs(node, emulated)
+        affinity = [i.session_affinity_timeout_s or 0 for i in cluster.snapshot if i.session_affinity]
+        spacing = float(max(affinity) + _IPVS_CONN_LIFE_S) if affinity else 0.0
+        sim = copy.deepcopy(node)
+        counts: Counter[str] = Counter()
+        masq = False
+        for i in range(self.samples):
+            if i and spacing:
+                sim.clock.advance(spacing)
+            got = sim.send(packet.to_emulated(sport=(packet.sport + i - 1) % 65535 + 1))
+            if got.verdict == "ACCEPT":
+                masq = masq or got.masquerade
+                if got.dnat:
+                    counts[got.destination] += 1
+            if not counts:
+                break  # no virtual server with a real server took it: the mode's rules draw nothing at
+                # random and IPVS state matters only once one does, so every connection fares alike
+        translated = bool(counts)
+        summary = f"ipvs ({self.scheduler})" + (f", connections {spacing:g}s apart" if spacing else "")
         return Outcome(mode=self.name, verdict=Verdict(result.verdict),
-                       endpoints=EndpointShares({e.address: e.probability for e in result.endpoints}),
-                       masquerade=result.masquerade, samples=self.samples if translated else None,
-                       summary=f"ipvs ({self.scheduler})",
+                       endpoints=EndpointShares({a: c / self.samples for a, c in sorted(counts.items())}),
+                       masquerade=masq if translated else result.masquerade,
+                       samples=self.samples if translated else None,
+                       summary=summary,
                        trace=tuple(f"{t.hook} {t.table} {t.chain}: {t.rule}" for t in result.trace)
                        if trace else ())
 
