@@ -15,42 +15,12 @@ import asyncio
 import signal
 import sys
 from collections.abc import Iterable
-from typing import cast
 
 import yaml
 
 from kproxy.model import EndpointSlice, Protocol, join_host_port
 from kproxy.model.objects import parse_objects
-
-
-class _TCPIdentity(asyncio.Protocol):
-    def __init__(self, identity: bytes) -> None:
-        self._identity = identity
-        self._buffer = b""
-        self._transport: asyncio.Transport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)
-
-    def data_received(self, data: bytes) -> None:
-        assert self._transport is not None
-        self._buffer += data
-        while b"\n" in self._buffer:
-            line, self._buffer = self._buffer.split(b"\n", 1)
-            self._transport.write(self._identity + b" " + line + b"\n")
-
-
-class _UDPIdentity(asyncio.DatagramProtocol):
-    def __init__(self, identity: bytes) -> None:
-        self._identity = identity
-        self._transport: asyncio.DatagramTransport | None = None
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.DatagramTransport, transport)
-
-    def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        assert self._transport is not None
-        self._transport.sendto(self._identity + b" " + data, addr)
+from kproxy.testing.harness import TcpIdentity, UdpIdentity
 
 
 def endpoints_of(slices: Iterable[EndpointSlice]) -> set[tuple[str, int, Protocol]]:
@@ -76,12 +46,12 @@ async def serve(paths: list[str], stop: asyncio.Event) -> None:
     for ip, port, proto in sorted(endpoints_of(slices)):
         identity = join_host_port(ip, port).encode()
         if proto is Protocol.TCP:
-            server = await loop.create_server(lambda i=identity: _TCPIdentity(i), ip, port,
+            server = await loop.create_server(lambda i=identity: TcpIdentity(i), ip, port,
                                               reuse_address=True)
             closers.append(server.close)
         elif proto is Protocol.UDP:
             transport, _ = await loop.create_datagram_endpoint(
-                lambda i=identity: _UDPIdentity(i), local_addr=(ip, port))
+                lambda i=identity: UdpIdentity(i), local_addr=(ip, port))
             closers.append(transport.close)
     print(f"ready {len(closers)}", flush=True)
     try:

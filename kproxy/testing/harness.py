@@ -25,14 +25,16 @@ from kproxy.errors import InvalidArgument
 from kproxy.model import IPFamily, NodeConfig, join_host_port
 from kproxy.sources.memory import MemorySource
 
-__all__ = ["IDENTITY_TIMEOUT_S", "InProcessCluster", "in_process_cluster"]
+__all__ = ["IDENTITY_TIMEOUT_S", "InProcessCluster", "TcpIdentity", "UdpIdentity", "in_process_cluster"]
 
 #: How long a request through the proxy may take, in seconds.
 IDENTITY_TIMEOUT_S = 5.0
 _CLUSTER_IP_BLOCK = ipaddress.ip_network("10.97.0.0/16")
 
 
-class _TcpIdentity(asyncio.Protocol):
+class TcpIdentity(asyncio.Protocol):
+    """A pod for tests: answers every TCP line with ``<identity> <line>``, so a client sees who answered."""
+
     def __init__(self, identity: bytes) -> None:
         self._identity = identity
         self._buffer = b""
@@ -49,7 +51,9 @@ class _TcpIdentity(asyncio.Protocol):
             self._transport.write(self._identity + b" " + line + b"\n")
 
 
-class _UdpIdentity(asyncio.DatagramProtocol):
+class UdpIdentity(asyncio.DatagramProtocol):
+    """A pod for tests: answers every UDP datagram with ``<identity> <datagram>``."""
+
     def __init__(self, identity: bytes) -> None:
         self.identity = identity
         self._transport: asyncio.DatagramTransport | None = None
@@ -232,12 +236,12 @@ class InProcessCluster:
         loop = asyncio.get_running_loop()
         if protocol == "UDP":
             transport, udp = await loop.create_datagram_endpoint(
-                lambda: _UdpIdentity(b""), local_addr=("127.0.0.1", 0))
+                lambda: UdpIdentity(b""), local_addr=("127.0.0.1", 0))
             port = transport.get_extra_info("sockname")[1]
             udp.identity = join_host_port("127.0.0.1", port).encode()
             return _Backend(address=join_host_port("127.0.0.1", port), closers=[transport])
         ident: list[bytes] = []
-        server = await loop.create_server(lambda: _TcpIdentity(ident[0]), "127.0.0.1", 0)
+        server = await loop.create_server(lambda: TcpIdentity(ident[0]), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         ident.append(join_host_port("127.0.0.1", port).encode())
         return _Backend(address=join_host_port("127.0.0.1", port), closers=[server])

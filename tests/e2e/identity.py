@@ -10,7 +10,7 @@ import asyncio
 import threading
 from types import TracebackType
 
-from examples.backends import _TCPIdentity, _UDPIdentity
+from kproxy.testing.harness import TcpIdentity, UdpIdentity
 
 
 class IdentityServers:
@@ -26,12 +26,12 @@ class IdentityServers:
     async def _start(self) -> None:
         for ip, port in self._addresses:
             identity = f"{ip}:{port}".encode()
-            server = await self._loop.create_server(lambda i=identity: _TCPIdentity(i), ip, port,
+            server = await self._loop.create_server(lambda i=identity: TcpIdentity(i), ip, port,
                                                     reuse_address=True)
             self._closers.append(server)
             if self._udp:
                 transport, _ = await self._loop.create_datagram_endpoint(
-                    lambda i=identity: _UDPIdentity(i), local_addr=(ip, port))
+                    lambda i=identity: UdpIdentity(i), local_addr=(ip, port))
                 self._closers.append(transport)
 
     async def _stop(self) -> None:
