@@ -23,8 +23,11 @@ built-in chains:
   and nat OUTPUT;
 - IPVS (:meth:`emulation.ipvs.IpvsTable.process`) on the delivered packet;
 - taken by IPVS: mangle/filter/security OUTPUT and mangle/nat POSTROUTING on the translated
-  packet, as a packet the node sends; a generated packet IPVS does not take finishes its
-  ordinary path (filter/security OUTPUT, POSTROUTING, and ``lo``'s INPUT for a local address).
+  packet, as a packet the node sends — unless the real server is an address of the node itself,
+  which ``ip_vs_nat_send_or_cont`` accepts for local delivery (no POSTROUTING), and which is
+  dropped when it is a loopback address and the packet came from outside; a generated packet
+  IPVS does not take finishes its ordinary path (filter/security OUTPUT, POSTROUTING, and
+  ``lo``'s INPUT for a local address).
 
 The IPVS step appears in each outcome's trace as a step of table ``ipvs``, chain ``LOCAL_IN``
 or ``LOCAL_OUT``, whose target is IPVS's verdict. :meth:`IpvsNode.enumerate` changes nothing
@@ -202,8 +205,33 @@ class IpvsNode:
                                   trace=(*first.trace, step)))]
         assert result.real is not None
         ip, port = result.real
+        if not local and self.netns.node.is_local_ip(ip):
+            # At LOCAL_OUT a local real server needs nothing special: NF_ACCEPT lets the packet
+            # finish its output path (POSTROUTING, then lo), the same walk as the "xmit" view.
+            return [(1.0, _local_real_server(first, step, ip, port))]
         translated = replace(first.packet, dst=ip, dport=port, in_interface=None, out_interface=None)
         return [(p, _join(first, step, o, dnat=True)) for p, o in walk("xmit", translated)]
+
+
+def _local_real_server(first: Outcome, step: TraceStep, ip: str, port: int) -> Outcome:
+    """An arriving packet whose real server is on the node itself, as ``ip_vs_nat_xmit`` does it.
+
+    Traffic from the outside world translated to a loopback address is dropped ("stopping DNAT
+    to loopback address", ip_vs_xmit.c); otherwise ``ip_vs_nat_send_or_cont`` returns NF_ACCEPT
+    for a local destination, so the packet is delivered here at LOCAL_IN, without LOCAL_OUT or
+    POSTROUTING (no masquerade).
+    """
+    trace = (*first.trace, step)
+    packet = replace(first.packet, dst=ip, dport=port)
+    if _is_loopback(ip):
+        return replace(first, verdict="DROP", delivery="none", packet=packet, trace=trace, dnat=True,
+                       reason="IPVS: stopping DNAT to loopback address (ip_vs_nat_xmit)")
+    return replace(first, verdict="ACCEPT", delivery="local", out_interface=None, packet=packet,
+                   trace=trace, dnat=True, reason="IPVS: real server on this node, delivered locally")
+
+
+def _is_loopback(ip: str) -> bool:
+    return ip == "::1" or ip.startswith("127.")
 
 
 def _step(hook: str, result: IpvsResult) -> TraceStep:

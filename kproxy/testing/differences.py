@@ -267,6 +267,16 @@ def _ipvs_source_ranges_node(cluster: Cluster, packet: Packet, outcomes: Mapping
             and (ipvs is None or (ipvs.verdict is Verdict.ACCEPT and ipvs.translated)))
 
 
+def _ipvs_loopback_real_servers(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
+    info = _served_port(cluster, packet)
+    if info is None or packet.origin in (Origin.NODE, Origin.LOCALHOST):
+        return False
+    reachable = info.all_reachable_endpoints
+    ipvs = outcomes.get("ipvs")
+    return (bool(reachable) and all(ep.ip.startswith("127.") or ep.ip == "::1" for ep in reachable)
+            and (ipvs is None or ipvs.verdict is Verdict.DROP))
+
+
 KNOWN_DIFFERENCES: tuple[KnownDifference, ...] = (
     KnownDifference(
         name="clusterip-unknown-port", modes=frozenset({"userspace", "ipvs"}), applies=_unknown_port,
@@ -301,6 +311,14 @@ KNOWN_DIFFERENCES: tuple[KnownDifference, ...] = (
                     "where iptables DROPs: ipvs syncEndpoint(svcInfo.ExternalPolicyLocal()) falls back to "
                     "the cluster endpoints as for the ClusterIP (PR 97081: 'Traffic from an external source "
                     "will be routed but the reply will have the POD address'), or rejects with none"),
+    KnownDifference(
+        name="ipvs-loopback-real-servers-from-outside", modes=frozenset({"ipvs"}),
+        applies=_ipvs_loopback_real_servers,
+        explanation="endpoints on loopback addresses (as in kproxy's example cluster), packet from a pod or "
+                    "another host: ip_vs_nat_xmit (net/netfilter/ipvs/ip_vs_xmit.c) drops traffic from "
+                    "the world translated to a loopback address ('stopping DNAT to loopback address'); "
+                    "iptables DNATs it and, with route_localnet (set by kube-proxy for localhost "
+                    "NodePorts), delivers it locally"),
     KnownDifference(
         name="ipvs-no-localhost-nodeports", modes=frozenset({"ipvs"}), applies=_ipvs_localhost_nodeport,
         explanation="a NodePort on localhost: ipvs makes NodePort virtual servers only for node addresses "

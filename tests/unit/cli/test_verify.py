@@ -206,3 +206,12 @@ def test_two_node_ips_of_a_family_name_the_flag(manifests: Path, capsys: pytest.
     assert main(["verify", "--manifests", str(manifests), "--node-ip", "192.168.0.2", "--node-ip", "192.168.0.3"]) == 2
     err = capsys.readouterr().err
     assert "--node-ip" in err and "self." not in err
+
+
+def test_every_mode_agrees_on_the_bundled_example_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's verify command on examples/cluster.yaml (loopback endpoints) exits 0."""
+    status = main(["verify", "--manifests", "examples/cluster.yaml", "--hostname-override", "node-a",
+                   "--node-ip", "192.168.0.2", "--cluster-cidr", "10.244.0.0/16", "--examples", "150"])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert "ipvs-loopback-real-servers-from-outside" in out

@@ -118,3 +118,22 @@ def test_enumerate_changes_nothing(node: IpvsNode) -> None:
     case = next(c for c in CASES if c.name == "nodeport-from-external")
     assert trace_ipvs(node, case_packet(case)).real_server == trace_ipvs(node, case_packet(case)).real_server
     assert not list(node.ipvs.entries())
+
+
+def test_arriving_packet_to_a_loopback_real_server_is_dropped_as_ip_vs_nat_xmit() -> None:
+    """From a pod, IPVS does not DNAT to a loopback real server ('stopping DNAT to loopback address')."""
+    from kproxy.testing import Cluster, NodeSpec
+    from kproxy.testing.cluster import Origin, Packet, Target
+    from kproxy.testing.modes import get_mode
+
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lo", "namespace": "t"},
+           "spec": {"clusterIP": "10.96.50.1", "ports": [{"port": 80}]}}
+    eps = {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+           "metadata": {"name": "lo-1", "namespace": "t", "labels": {"kubernetes.io/service-name": "lo"}},
+           "addressType": "IPv4", "ports": [{"port": 8080}],
+           "endpoints": [{"addresses": ["127.0.50.1"], "nodeName": "node-a"}]}
+    cluster = Cluster(manifests=(svc, eps), node=NodeSpec(hostname="node-a"))
+    outcome = get_mode("ipvs").outcome(cluster, Packet(
+        origin=Origin.EXTERNAL, target=Target.CLUSTER_IP, src="203.0.113.9", sport=40000,
+        dst="10.96.50.1", dport=80))
+    assert outcome.verdict.value == "DROP"
