@@ -82,6 +82,8 @@ IPVS_CLUSTER = Cluster(manifests=(
     _service("fwe", "10.96.0.13", [{"name": "http", "port": 80}], type="LoadBalancer", ingress="198.51.100.13",
              loadBalancerSourceRanges=["203.0.113.0/24"]),
     _slice("fwe", [("10.244.1.13", "node-b")], [{"name": "http", "port": 8080}]),
+    _service("lo", "10.96.0.14", [{"name": "http", "port": 80}]),
+    _slice("lo", [("127.0.14.1", "node-a")], [{"name": "http", "port": 8080}]),
 ))
 
 #: Cases of the ipvs differences, compared between iptables and ipvs: (packet, ipvs verdict).
@@ -103,6 +105,8 @@ IPVS_CASES = {
     "ipvs-source-ranges-without-endpoints": Packet(src="10.244.0.9", dst="198.51.100.10", sport=40000,
                                                    dport=80, origin=Origin.LOCAL_POD,
                                                    target=Target.LOAD_BALANCER),
+    "ipvs-loopback-real-servers-from-outside": Packet(src="10.244.0.9", dst="10.96.0.14", sport=40000,
+                                                      dport=80, origin=Origin.LOCAL_POD),
     "ipvs-source-ranges-node-access": Packet(src="192.168.0.2", dst="198.51.100.13", sport=40000, dport=80,
                                              origin=Origin.NODE, target=Target.LOAD_BALANCER),
 }
