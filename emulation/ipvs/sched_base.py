@@ -60,3 +60,34 @@ class Scheduler:
     def schedule(self, dests: Sequence[Dest], flags: int, pkt: SchedInput) -> Dest | None:
         """Choose a real server, or ``None`` when none is available."""
         raise NotImplementedError
+
+
+class TableScheduler(Scheduler):
+    """A scheduler whose lookup table is rebuilt from the whole list on every change.
+
+    sh, dh and mh register one ``*_dest_changed`` callback for add, delete and (sh, mh) edit,
+    which reassigns the table (``ip_vs_sh_reassign``, ``ip_vs_dh_reassign``,
+    ``ip_vs_mh_reassign``); dh registers no ``upd_dest`` (``rebuild_on_update = False``).
+    """
+
+    rebuild_on_update = True
+
+    def _reassign(self, dests: Sequence[Dest]) -> None:
+        raise NotImplementedError
+
+    def init_service(self, dests: Sequence[Dest], flags: int) -> None:
+        """``*_init_svc``: build the table."""
+        self._reassign(dests)
+
+    def add_dest(self, dests: Sequence[Dest], dest: Dest) -> None:
+        """``*_dest_changed``."""
+        self._reassign(dests)
+
+    def del_dest(self, dests: Sequence[Dest], dest: Dest, index: int) -> None:
+        """``*_dest_changed``."""
+        self._reassign(dests)
+
+    def upd_dest(self, dests: Sequence[Dest], dest: Dest) -> None:
+        """``*_dest_changed`` where the scheduler registers it for edits."""
+        if self.rebuild_on_update:
+            self._reassign(dests)

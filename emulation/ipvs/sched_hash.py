@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from emulation.ipvs.hashing import fold_address, hash_32
 from emulation.ipvs.model import SVC_F_SCHED1, SVC_F_SCHED2, Dest
-from emulation.ipvs.sched_base import SchedInput, Scheduler
+from emulation.ipvs.sched_base import SchedInput, TableScheduler
 
 __all__ = ["TAB_BITS", "TAB_SIZE", "DestinationHashing", "SourceHashing", "sh_hashkey"]
 
@@ -33,7 +33,7 @@ def _unavailable(d: Dest) -> bool:
     return d.weight <= 0 or d.overloaded
 
 
-class SourceHashing(Scheduler):
+class SourceHashing(TableScheduler):
     """``sh``: the bucket of the client address (and port with ``sh-port``).
 
     ``ip_vs_sh_reassign``: buckets are filled in list order, each server taking ``weight``
@@ -67,21 +67,9 @@ class SourceHashing(Scheduler):
                 count = 0
         self.buckets = out
 
-    def init_service(self, dests: Sequence[Dest], flags: int) -> None:
-        """``ip_vs_sh_init_svc``."""
-        self._reassign(dests)
 
-    def add_dest(self, dests: Sequence[Dest], dest: Dest) -> None:
-        """``ip_vs_sh_dest_changed``."""
-        self._reassign(dests)
 
-    def del_dest(self, dests: Sequence[Dest], dest: Dest, index: int) -> None:
-        """``ip_vs_sh_dest_changed``."""
-        self._reassign(dests)
 
-    def upd_dest(self, dests: Sequence[Dest], dest: Dest) -> None:
-        """``ip_vs_sh_dest_changed``."""
-        self._reassign(dests)
 
     def bucket_of(self, version: int, addr: int, port: int = 0) -> int:
         """The bucket index a client maps to (``ip_vs_sh_hashkey`` with offset 0)."""
@@ -111,7 +99,7 @@ class SourceHashing(Scheduler):
         return None
 
 
-class DestinationHashing(Scheduler):
+class DestinationHashing(TableScheduler):
     """``dh``: the bucket of the destination (virtual) address, one bucket per server per cycle.
 
     ``ip_vs_dh_reassign`` ignores weights; ``ip_vs_dh_schedule`` returns ``None`` when the
@@ -120,6 +108,7 @@ class DestinationHashing(Scheduler):
     """
 
     name = "dh"
+    rebuild_on_update = False
 
     def __init__(self) -> None:
         self.buckets: list[Dest | None] = [None] * TAB_SIZE
@@ -128,17 +117,8 @@ class DestinationHashing(Scheduler):
         n = len(dests)
         self.buckets = [dests[i % n] for i in range(TAB_SIZE)] if n else [None] * TAB_SIZE
 
-    def init_service(self, dests: Sequence[Dest], flags: int) -> None:
-        """``ip_vs_dh_init_svc``."""
-        self._reassign(dests)
 
-    def add_dest(self, dests: Sequence[Dest], dest: Dest) -> None:
-        """``ip_vs_dh_dest_changed``."""
-        self._reassign(dests)
 
-    def del_dest(self, dests: Sequence[Dest], dest: Dest, index: int) -> None:
-        """``ip_vs_dh_dest_changed``."""
-        self._reassign(dests)
 
     def schedule(self, dests: Sequence[Dest], flags: int, pkt: SchedInput) -> Dest | None:
         """``ip_vs_dh_schedule``."""

@@ -14,7 +14,7 @@ from math import gcd
 from emulation.ipvs.errors import IpvsError
 from emulation.ipvs.hashing import fold_address, hsiphash_u32
 from emulation.ipvs.model import SVC_F_SCHED1, SVC_F_SCHED2, Dest
-from emulation.ipvs.sched_base import SchedInput, Scheduler
+from emulation.ipvs.sched_base import SchedInput, TableScheduler
 
 __all__ = ["HASH1", "HASH2", "PRIMES", "MaglevHashing", "mh_hashkey", "table_size"]
 
@@ -48,7 +48,7 @@ def _fls(x: int) -> int:
     return x.bit_length()
 
 
-class MaglevHashing(Scheduler):
+class MaglevHashing(TableScheduler):
     """``mh``: ``ip_vs_mh_dest_changed`` -> gcd/rshift -> ``ip_vs_mh_permutate`` -> ``ip_vs_mh_populate``.
 
     Weights come from ``last_weight`` (the latest non-zero weight), so setting a server to weight
@@ -118,21 +118,9 @@ class MaglevHashing(Scheduler):
                     i += 1
         self.table = table
 
-    def init_service(self, dests: Sequence[Dest], flags: int) -> None:
-        """``ip_vs_mh_init_svc``."""
-        self._reassign(dests)
 
-    def add_dest(self, dests: Sequence[Dest], dest: Dest) -> None:
-        """``ip_vs_mh_dest_changed``."""
-        self._reassign(dests)
 
-    def del_dest(self, dests: Sequence[Dest], dest: Dest, index: int) -> None:
-        """``ip_vs_mh_dest_changed``."""
-        self._reassign(dests)
 
-    def upd_dest(self, dests: Sequence[Dest], dest: Dest) -> None:
-        """``ip_vs_mh_dest_changed``."""
-        self._reassign(dests)
 
     def slot_of(self, version: int, addr: int, port: int = 0) -> int:
         """The table slot a client maps to (``ip_vs_mh_get``'s hash)."""
