@@ -5,6 +5,11 @@ interface addresses plus the explicit routes given (``default`` included). Local
 every interface address and, as in the kernel's ``local`` table, all of ``127.0.0.0/8`` and
 ``::1``. :meth:`Node.address_type` follows ``inet_dev_addr_type`` (net/ipv4/fib_frontend.c): it
 looks only at the local table, so an address is LOCAL, BROADCAST, MULTICAST or else UNICAST.
+
+The address MASQUERADE picks (:meth:`Node.source_address`) follows ``inet_select_addr`` for
+IPv4 (an address of the out interface) and ``ipv6_dev_get_saddr`` for IPv6 (RFC 6724 source
+address selection over the addresses of every interface, unless the destination is link-local,
+loopback or multicast; see :meth:`Node.source_address`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,52 @@ RouteKind = Literal["local", "unicast", "broadcast", "multicast", "unreachable",
 _LOOPBACK4 = parse_cidr("127.0.0.0/8")
 _MCAST4 = parse_cidr("224.0.0.0/4")
 _MCAST6 = parse_cidr("ff00::/8")
+_LINKLOCAL6 = parse_cidr("fe80::/10")
+_SITELOCAL6 = parse_cidr("fec0::/10")
+_LOOPBACK6 = (6, 1)
+#: The kernel's default IPv6 address labels (net/ipv6/addrlabel.c, RFC 6724 section 2.1); the
+#: longest matching prefix gives an address its label, and anything else (``::/0``) is label 1.
+_LABELS6 = tuple(
+    (parse_cidr(prefix), label)
+    for prefix, label in (
+        ("::1/128", 0),
+        ("::ffff:0:0/96", 4),
+        ("::/96", 3),
+        ("2001::/32", 6),
+        ("2001:10::/28", 7),
+        ("2002::/16", 2),
+        ("3ffe::/16", 12),
+        ("fec0::/10", 11),
+        ("fc00::/7", 5),
+    )
+)
+
+
+def _scope6(value: int) -> int:
+    """The scope of an IPv6 source address as ``__ipv6_addr_src_scope`` sees it (loopback 1,
+    link-local 2, site-local 5, a multicast address its scope field, anything else global 14)."""
+    if (6, value) == _LOOPBACK6:
+        return 1
+    if _MCAST6.contains(6, value):
+        return value >> 112 & 0xF
+    if _LINKLOCAL6.contains(6, value):
+        return 2
+    if _SITELOCAL6.contains(6, value):
+        return 5
+    return 14
+
+
+def _label6(value: int) -> int:
+    """The address's label in the default policy table; the longest matching prefix wins."""
+    best, label = -1, 1
+    for cidr, lab in _LABELS6:
+        if cidr.prefix > best and cidr.contains(6, value):
+            best, label = cidr.prefix, lab
+    return label
+
+
+def _common_prefix6(a: int, b: int) -> int:
+    return 128 - (a ^ b).bit_length()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -177,11 +228,16 @@ class Node:
         return RouteResult(kind="unreachable", device=None, nexthop=None)
 
     def source_address(self, device: str, version: int, nexthop: str | None, dst: int) -> str | None:
-        """The address MASQUERADE picks on ``device``, as ``inet_select_addr`` does.
+        """The address MASQUERADE picks on ``device`` for destination ``dst``.
 
-        Prefers a primary address in the same subnet as the next hop (or destination), then the
-        first address of the family on the device; ``None`` when the device has none.
+        IPv4, as ``inet_select_addr``: a primary address of the device in the same subnet as
+        the next hop (or destination), else its first IPv4 address; ``None`` when it has none.
+
+        IPv6, as ``ipv6_dev_get_saddr`` (``nf_nat_masquerade_ipv6`` calls it with the packet's
+        destination; the next hop plays no part): see :meth:`_source_address6`.
         """
+        if version == 6:
+            return self._source_address6(device, dst)
         iface = self.interface(device)
         if iface is None:
             return None
@@ -206,3 +262,41 @@ class Node:
             if v == version:
                 return format_address(v, value)
         return None
+
+    def _source_address6(self, device: str, dst: int) -> str | None:
+        """RFC 6724 source address selection as Linux's ``ipv6_dev_get_saddr`` does it.
+
+        Candidates are the IPv6 addresses of ``device`` when the destination is link-local,
+        loopback or multicast, and of every interface otherwise (in interface order). The best
+        candidate wins by these rules, in order (the kernel's numbering): 1 the destination
+        itself; 2 a scope at least the destination's, the smallest such (else the largest);
+        5 on ``device``; 6 the same label as the destination; 8 the longest prefix shared with
+        the destination, counted at most to the candidate's prefix length. Rules 3, 4 and 7
+        (deprecated, home and temporary addresses) never apply to the static addresses
+        modelled here. On a full tie the first candidate stays. ``None`` when there is no
+        candidate.
+        """
+        dst_scope = _scope6(dst)
+        only_device = dst_scope <= 2 or _MCAST6.contains(6, dst)
+        dst_label = _label6(dst)
+        best: tuple[int, int, int, int, int] | None = None
+        chosen: str | None = None
+        for iface in self.interfaces:
+            if only_device and iface.name != device:
+                continue
+            for text in iface.addresses:
+                net = parse_cidr(text)
+                if net.version != 6:
+                    continue
+                value = parse_address(text.partition("/")[0])[1]
+                scope = _scope6(value)
+                score = (
+                    value == dst,
+                    -scope if scope >= dst_scope else scope - 128,
+                    iface.name == device,
+                    _label6(value) == dst_label,
+                    min(_common_prefix6(value, dst), net.prefix),
+                )
+                if best is None or score > best:
+                    best, chosen = score, format_address(6, value)
+        return chosen
