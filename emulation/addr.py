@@ -48,6 +48,7 @@ def parse_address(text: str) -> tuple[int, int]:
     return ip.version, int(ip)
 
 
+@lru_cache(maxsize=1 << 16)
 def format_address(version: int, value: int) -> str:
     """The canonical text of an address (``ipaddress`` compression for IPv6)."""
     if version == 4 and 0 <= value <= 0xFFFFFFFF:

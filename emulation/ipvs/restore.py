@@ -49,7 +49,6 @@ _FWD_OPT: dict[str, Forward] = {
 }
 
 
-
 def _split_hostport(text: str, *, default_port: int | None) -> tuple[tuple[int, int], int]:
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")

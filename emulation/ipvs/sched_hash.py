@@ -67,10 +67,6 @@ class SourceHashing(TableScheduler):
                 count = 0
         self.buckets = out
 
-
-
-
-
     def bucket_of(self, version: int, addr: int, port: int = 0) -> int:
         """The bucket index a client maps to (``ip_vs_sh_hashkey`` with offset 0)."""
         return sh_hashkey(version, addr, port, 0)
@@ -116,9 +112,6 @@ class DestinationHashing(TableScheduler):
     def _reassign(self, dests: Sequence[Dest]) -> None:
         n = len(dests)
         self.buckets = [dests[i % n] for i in range(TAB_SIZE)] if n else [None] * TAB_SIZE
-
-
-
 
     def schedule(self, dests: Sequence[Dest], flags: int, pkt: SchedInput) -> Dest | None:
         """``ip_vs_dh_schedule``."""

@@ -118,10 +118,6 @@ class MaglevHashing(TableScheduler):
                     i += 1
         self.table = table
 
-
-
-
-
     def slot_of(self, version: int, addr: int, port: int = 0) -> int:
         """The table slot a client maps to (``ip_vs_mh_get``'s hash)."""
         return mh_hashkey(version, addr, port, HASH1, 0) % self.size

@@ -37,6 +37,7 @@ from emulation.ipvs.sysctl import Sysctls
 
 __all__ = ["IpvsTable"]
 
+
 class IpvsTable:
     """The IPVS state of one namespace.
 
@@ -473,4 +474,3 @@ def _template_key(cp: Conn) -> tuple[str, int, int, int, int]:
 
 def _hostport(version: int, addr: str, port: int) -> str:
     return f"[{addr}]:{port}" if version == 6 else f"{addr}:{port}"
-

@@ -177,5 +177,3 @@ def format_rules(table: IpvsTable, *, nosort: bool = False) -> str:
                 rule += f" -y {d.l_threshold}"
             lines.append(rule + "\n")
     return "".join(lines)
-
-

@@ -3,10 +3,11 @@
 Theory of operation: a :class:`CompiledChain` is built lazily, the first time a packet walks
 the chain without tracing, and cached on the immutable :class:`Chain` (a ``--noflush``
 restore keeps untouched chains, so it keeps their compiled form too). Each rule becomes a
-:data:`CRule` ``(uid, test, code, arg)``: ``test`` runs the rule's matches in order as one
+:data:`CRule` ``(uid, test, code, arg, deps)``: ``test`` runs the rule's matches in order as one
 closure (``None`` when every match always holds, e.g. only ``-m comment``), ``code`` says what
 the target does without a method call for the common ones (count only, jump, goto, a fixed
-verdict) and ``arg`` is the chain name, the verdict or the target's ``apply``.
+verdict), ``arg`` is the chain name, the verdict or the target's ``apply``, and ``deps`` is
+what the matches read, for the flow cache (:func:`emulation.netfilter.flowcache.rule_deps`).
 
 A chain of at least :data:`MIN_INDEXED` rules is indexed by the exact destination address
 (``-d IP/32``, a basic match) or, failing that, by the exact ``(protocol, dport)`` of a
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emulation.netfilter.context import Ctx
+from emulation.netfilter.flowcache import Deps, rule_deps
 from emulation.netfilter.matches import (
     AddressMatch,
     AddrType,
@@ -54,11 +56,12 @@ __all__ = [
     "CompiledChain",
     "compile_rule",
     "dispatch_keys",
+    "target_code",
 ]
 
 COUNT, JUMP, GOTO, VERDICT, APPLY = range(5)
-#: ``(uid, test, code, arg)``; see the module docstring.
-CRule = tuple[int, Pred | None, int, object]
+#: ``(uid, test, code, arg, deps)``; see the module docstring.
+CRule = tuple[int, Pred | None, int, object, Deps]
 DstKey = tuple[int, int]
 PortKey = tuple[str, int]
 
@@ -108,7 +111,8 @@ def _all_of(preds: list[Pred]) -> Pred | None:
     return many
 
 
-def _target_code(target: Target | None) -> tuple[int, object]:
+def target_code(target: Target | None) -> tuple[int, object]:
+    """``(code, arg)`` for a target: COUNT, JUMP/GOTO with the chain, VERDICT, or APPLY with ``apply``."""
     if target is None:
         return COUNT, None
     if isinstance(target, Jump):
@@ -125,14 +129,14 @@ def _target_code(target: Target | None) -> tuple[int, object]:
 
 
 def compile_rule(rule: Rule) -> CRule:
-    """The rule as ``(uid, test, code, arg)``: the same matches, in the same order, as closures."""
+    """The rule as ``(uid, test, code, arg, deps)``: the same matches, in the same order, as closures."""
     preds: list[Pred] = []
     for m in (*rule.basic, *rule.matches):
         p = m.compile(rule.uid)
         if p is not None:
             preds.append(p)
-    code, arg = _target_code(rule.target)
-    return rule.uid, _all_of(preds), code, arg
+    code, arg = target_code(rule.target)
+    return rule.uid, _all_of(preds), code, arg, rule_deps(rule)
 
 
 def dispatch_keys(rule: Rule) -> tuple[DstKey | None, PortKey | None]:

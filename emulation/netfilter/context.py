@@ -11,8 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from emulation.node import Node
+
+if TYPE_CHECKING:
+    from emulation.netfilter.flowcache import Recorder
 
 __all__ = ["Ctx", "Dynamic", "RecentEntry", "SetLookup", "TraceStep"]
 
@@ -96,6 +100,7 @@ class Ctx:
         "oracle",
         "policy_hits",
         "proto",
+        "rec",
         "recent_overlay",
         "set_lookup",
         "snat",
@@ -163,6 +168,7 @@ class Ctx:
         self.policy_hits: list[tuple[str, str, int]] = []  # (table, chain, bytes)
         self.nth_overlay: dict[int, int] = {}
         self.recent_overlay: dict[str, dict[tuple[int, int], RecentEntry]] = {}
+        self.rec: Recorder | None = None  # set while the flow cache records this path
 
     def recent_table(self, name: str, *, write: bool) -> dict[tuple[int, int], RecentEntry]:
         """The ``recent`` list ``name`` as this path sees it (copied on first write)."""

@@ -13,6 +13,11 @@ Two modes share one pure evaluation: :meth:`Netns.send` samples (statistic match
 the caller's ``random.Random``; counters, ``recent`` lists, ``nth`` counters and conntrack are
 updated) and :meth:`Netns.enumerate` returns every outcome with its probability (a
 ``statistic --mode random`` match branches; nothing is updated, not even counters).
+
+Untraced, the first packet of a flow is looked up in the flow cache
+(:mod:`emulation.netfilter.flowcache`) and, when a packet equal in the fields its path reads
+went before, the recorded path is replayed instead of walked: the same draws, counters,
+conntrack entry and outcome, without testing a rule.
 """
 
 from __future__ import annotations
@@ -20,11 +25,14 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from emulation.addr import format_address, parse_address, parse_cidr
 from emulation.clock import Clock
 from emulation.conntrack import ConntrackEntry, ConntrackTable, FlowKey, timeout_s
+from emulation.netfilter import flowcache
 from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep
+from emulation.netfilter.flowcache import FlowCache, FlowSet, Recorder, Segment, Summary
 from emulation.netfilter.rules import Ruleset
 from emulation.netfilter.ruleset import Counters, apply_restore, save
 from emulation.netfilter.traverse import run_chain
@@ -39,6 +47,14 @@ _LOOPBACK4 = parse_cidr("127.0.0.0/8")
 def _loopback(version: int, value: int) -> bool:
     """``_LOOPBACK4.contains(version, value)``, inlined: in 127.0.0.0/8."""
     return version == 4 and value >> 24 == 127
+
+
+#: Values no packet has, given to the probe that summarizes a recorded path.
+_MARK_SRC, _MARK_DST, _MARK_SPORT, _MARK_DPORT = -11, -13, -12, -14
+
+
+def _no_draw(p: float) -> bool:
+    raise AssertionError("a recorded path's effects draw no random numbers")
 
 
 _PRE = ("mangle", "nat")
@@ -113,6 +129,8 @@ class Netns:
         indexed: when tracing is off, run chains compiled and indexed (the default); ``False``
             walks every rule as written, as a traced packet does. Both give the same outcomes,
             counters and state; the plain walk is the reference the index is tested against.
+        cache_flows: when indexed and untraced, replay the recorded paths of new flows from
+            the flow cache (the default); ``False`` walks every packet. Same results either way.
     """
 
     def __init__(
@@ -122,10 +140,30 @@ class Netns:
         self.clock = clock
         self.ruleset = ruleset or Ruleset()
         self.set_lookup = set_lookup
-        self.counters = Counters()
+        self._counters = Counters()
         self.dynamic = Dynamic()
         self.conntrack = ConntrackTable(clock)
         self.indexed = True
+        self.cache_flows = True
+        self._flows: FlowCache | None = None
+
+    @property
+    def flow_cache(self) -> FlowCache | None:
+        """The flow cache of the current rules (``None`` before the first cached packet)."""
+        return self._flows
+
+    @property
+    def counters(self) -> Counters:
+        """Live rule and policy counters (packets counted by the flow cache folded in first)."""
+        if self._flows is not None:
+            self._flows.fold(self._counters)
+        return self._counters
+
+    @counters.setter
+    def counters(self, value: Counters) -> None:
+        if self._flows is not None:
+            self._flows.fold(self._counters)
+        self._counters = value
 
     # --- rules ---------------------------------------------------------------------------------
 
@@ -144,8 +182,21 @@ class Netns:
     def send(self, packet: Packet, rng: random.Random, *, trace: bool = False) -> Outcome:
         """Evaluate one packet, sampling random matches from ``rng``, and commit its effects."""
         rand = rng.random
-        outcome, ctx, commit = self._evaluate(packet, lambda p: rand() < p, trace)
-        rules, nbytes = self.counters.rules, ctx.length
+        outcome, effects, commit = self._evaluate(packet, lambda p: rand() < p, trace)
+        if isinstance(effects, list):  # replayed from the flow cache: count its segments
+            nbytes = packet.length
+            dirty = self._flows.dirty  # type: ignore[union-attr]
+            for seg in effects:
+                if not seg.packets:
+                    dirty.append(seg)
+                seg.packets += 1
+                seg.bytes += nbytes
+            if commit is not None:
+                commit()
+            return outcome
+        ctx = effects
+        counters = self._counters
+        rules, nbytes = counters.rules, ctx.length
         for uid in ctx.hits:
             c = rules.get(uid)
             if c is None:
@@ -154,7 +205,7 @@ class Netns:
                 c[0] += 1
                 c[1] += nbytes
         for tname, cname, nbytes in ctx.policy_hits:
-            c = self.counters.policies.setdefault((tname, cname), [0, 0])
+            c = counters.policies.setdefault((tname, cname), [0, 0])
             c[0] += 1
             c[1] += nbytes
         if ctx.nth_overlay:
@@ -195,15 +246,212 @@ class Netns:
         packet: Packet,
         oracle: Callable[[float], bool],
         tracing: bool,
-    ) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
+    ) -> tuple[Outcome, Ctx | list[Segment], Callable[[], None] | None]:
+        """One packet's outcome, what to count (the walk's context, or the flow cache segments
+        it replayed) and what to commit to conntrack."""
         version, src = parse_address(packet.src)
         _, dst = parse_address(packet.dst)
         node = self.node
-        local_origin = packet.in_interface is None
-        if not local_origin and node.interface(packet.in_interface or "") is None:
-            raise ValueError(f"in_interface={packet.in_interface!r} is not an interface of the node")
-        ctx = Ctx(
-            node=node,
+        flows = self._flows
+        iif = packet.in_interface
+        if iif is not None and (flows is None or flows.node is not node or iif not in flows.interfaces):
+            if node.interface(iif) is None:
+                raise ValueError(f"in_interface={iif!r} is not an interface of the node")
+            if flows is not None and flows.node is node:
+                flows.interfaces.add(iif)
+        if tracing or not self.indexed or not self.cache_flows:
+            return _Path(self, self._ctx(packet, version, src, dst, oracle, tracing), packet, src, dst).run()
+        sport, dport, proto = packet.sport, packet.dport, packet.protocol
+        if self.conntrack.lookup((version, src, sport, dst, dport, proto)) is not None:
+            # An established flow: walked.
+            return _Path(self, self._ctx(packet, version, src, dst, oracle, False), packet, src, dst).run()
+        if flows is None or flows.ruleset is not self.ruleset or flows.node is not node:
+            if flows is not None:
+                flows.fold(self._counters)
+            flows = self._flows = FlowCache(self.ruleset, node)
+        base = (packet.in_interface, version, proto, packet.syn, packet.mark, dst)
+        root = flows.root(base)
+        seg: Segment | None = root.find(src, sport, dport) if root is not None else None
+        taken: list[bool] = []
+        replayed: list[Segment] = []
+        while seg is not None:
+            if not seg.plain:
+                if not seg.cacheable:
+                    break
+                if seg.counts:
+                    replayed.append(seg)
+                if seg.end is not None:
+                    if seg.summary is None:
+                        break
+                    return self._replayed(packet, version, src, dst, seg.summary, replayed)
+            if oracle(seg.p):
+                taken.append(True)
+                child = seg.yes
+            else:
+                taken.append(False)
+                child = seg.no
+            if type(child) is FlowSet:
+                seg = child.find(src, sport, dport)
+            else:
+                seg = child  # type: ignore[assignment]
+        # Not recorded yet (or uncacheable from here): walk it, redoing the draws already made.
+        if taken:
+            made = iter(taken)
+
+            def resumed(p: float) -> bool:
+                c = next(made, None)
+                return oracle(p) if c is None else c
+
+            ctx = self._ctx(packet, version, src, dst, resumed, False)
+        else:
+            ctx = self._ctx(packet, version, src, dst, oracle, False)
+        path = _Path(self, ctx, packet, src, dst)
+        path.known_new = True
+        if seg is not None:  # an uncacheable marker: nothing to record
+            return path.run()
+        rec = ctx.rec = Recorder(ctx)
+        walk_oracle = ctx.oracle
+
+        def recording(p: float) -> bool:
+            c = walk_oracle(p)
+            rec.draw(p, c)
+            return c
+
+        ctx.oracle = recording
+        result = path.run()
+        ctx.rec = None
+        if rec.done and not ctx.uncertain:
+            if flows.full(len(rec.segments)):
+                flows.fold(self._counters)
+                flows.clear()
+            leaf = flows.graft(base, src, sport, dport, rec)
+            if leaf is not None and leaf.summary is None and leaf.end is not None:
+                leaf.summary = self._summarize(packet, version, [s for _, _, s, _ in rec.segments])
+        return result
+
+    def _summarize(self, packet: Packet, version: int, segments: list[Segment]) -> Summary:
+        """What a recorded path does to any packet that takes it (see :class:`Summary`).
+
+        The path's effects are redone on a probe whose source, destination and ports are
+        markers no real packet has: a field still holding its marker at the end was left as
+        the packet had it; any other value was written by the path, and is the same for every
+        packet taking it (the path is decided by fields that are keyed, the mark among them).
+        """
+        probe = Ctx(
+            node=self.node,
+            version=version,
+            src=_MARK_SRC,
+            dst=_MARK_DST,
+            sport=_MARK_SPORT,
+            dport=_MARK_DPORT,
+            proto=packet.protocol,
+            iif=packet.in_interface,
+            mark=packet.mark,
+            length=packet.length,
+            syn=packet.syn,
+            now=0.0,
+            dyn=Dynamic(),
+            oracle=_no_draw,
+            set_lookup=None,
+            tracing=False,
+        )
+        path = _Path(self, probe, packet, _MARK_SRC, _MARK_DST)
+        path.known_new = True
+        for seg in segments:
+            path.replay(seg)
+        end = segments[-1].end
+        assert end is not None
+        verdict, delivery, device, reason = end
+
+        def written(value: int, marker: int) -> int | None:
+            return None if value == marker else value
+
+        src, dst = written(probe.src, _MARK_SRC), written(probe.dst, _MARK_DST)
+        return Summary(
+            verdict=verdict,
+            delivery=delivery,
+            device=device,
+            reason=reason,
+            ctstate=probe.ctstate,
+            masquerade=probe.masquerade,
+            track=path.new_flow and verdict == "ACCEPT",
+            mark=probe.mark,
+            ctmark=probe.ctmark,
+            src=src,
+            sport=written(probe.sport, _MARK_SPORT),
+            dst=dst,
+            dport=written(probe.dport, _MARK_DPORT),
+            src_text=None if src is None else format_address(version, src),
+            dst_text=None if dst is None else format_address(version, dst),
+        )
+
+    def _replayed(
+        self, packet: Packet, version: int, src: int, dst: int, summary: Summary, replayed: list[Segment]
+    ) -> tuple[Outcome, list[Segment], Callable[[], None] | None]:
+        """The outcome of a packet whose whole path was found in the flow cache."""
+        sport, dport = packet.sport, packet.dport
+        s = summary
+        new_src = src if s.src is None else s.src
+        new_dst = dst if s.dst is None else s.dst
+        new_sport = sport if s.sport is None else s.sport
+        new_dport = dport if s.dport is None else s.dport
+        device = s.device
+        if (
+            new_src == src
+            and new_dst == dst
+            and new_sport == sport
+            and new_dport == dport
+            and s.mark == packet.mark
+            and device == packet.out_interface
+        ):
+            final = packet
+        else:
+            final = unchecked_replace(
+                packet,
+                src=packet.src if s.src_text is None else s.src_text,
+                dst=packet.dst if s.dst_text is None else s.dst_text,
+                sport=new_sport,
+                dport=new_dport,
+                mark=s.mark,
+                out_interface=device,
+            )
+        outcome = Outcome(
+            verdict=s.verdict,
+            delivery=s.delivery,
+            out_interface=device,
+            packet=final,
+            ctstate=s.ctstate,
+            dnat=new_dst != dst or new_dport != dport,
+            snat=new_src != src or new_sport != sport,
+            masquerade=s.masquerade,
+            reason=s.reason,
+            uncertain=False,
+        )
+        commit = None
+        if s.track:
+            proto = packet.protocol
+            now = self.clock.now()
+            entry = ConntrackEntry(
+                original=(version, src, sport, dst, dport, proto),
+                reply=(version, new_dst, new_dport, new_src, new_sport, proto),
+                created_s=now,
+                expires_s=now + timeout_s(proto, False, 0.0),
+                mark=s.ctmark,
+            )
+            commit = partial(self.conntrack.confirm, entry)
+        return outcome, replayed, commit
+
+    def _ctx(
+        self,
+        packet: Packet,
+        version: int,
+        src: int,
+        dst: int,
+        oracle: Callable[[float], bool],
+        tracing: bool,
+    ) -> Ctx:
+        return Ctx(
+            node=self.node,
             version=version,
             src=src,
             dst=dst,
@@ -221,8 +469,6 @@ class Netns:
             tracing=tracing,
             indexed=self.indexed,
         )
-        path = _Path(self, ctx, packet, src, dst)
-        return path.run()
 
 
 class _Path:
@@ -239,6 +485,20 @@ class _Path:
         self.orig: FlowKey | None = None
         self.pending_src: tuple[int, int] | None = None  # translation of an existing entry
         self.pending_dst: tuple[int, int] | None = None
+        self.known_new = False  # the flow cache found no conntrack entry for it already
+
+    def replay(self, seg: Segment) -> None:
+        """Redo the effects of a recorded segment in order (its counts are added by ``send``)."""
+        ctx = self.ctx
+        for code, arg in seg.ops:
+            if code == flowcache.APPLY:
+                arg(ctx)  # type: ignore[operator]
+            elif code == flowcache.CONNTRACK:
+                self._conntrack_in()
+            elif code == flowcache.SNAT:
+                self._apply_snat(*arg)  # type: ignore[misc]
+            else:
+                ctx.iif = arg  # type: ignore[assignment]
 
     def run(self) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
         ctx, node = self.ctx, self.ns.node
@@ -302,6 +562,8 @@ class _Path:
             return self._done(v, "none", None, "POSTROUTING")
         self._apply_snat("lo", None)
         ctx.iif, ctx.oif = "lo", None
+        if ctx.rec is not None:
+            ctx.rec.op(flowcache.IIF, "lo")
         for hook, tables in (("PREROUTING", ("raw", "mangle")), ("INPUT", ("mangle", "filter", "security"))):
             v = self._hook(hook, tables)
             if v != "ACCEPT":
@@ -358,11 +620,13 @@ class _Path:
 
     def _conntrack_in(self) -> None:
         ctx = self.ctx
+        if ctx.rec is not None:
+            ctx.rec.op(flowcache.CONNTRACK, None)
         if ctx.notrack:
             ctx.ctstate = "UNTRACKED"
             return
         key: FlowKey = (ctx.version, ctx.src, ctx.sport, ctx.dst, ctx.dport, ctx.proto)
-        found = self.ns.conntrack.lookup(key)
+        found = None if self.known_new else self.ns.conntrack.lookup(key)
         if found is None:
             if ctx.proto == "tcp" and not ctx.syn and not self.ns.node.tcp_loose:
                 ctx.ctstate = "INVALID"
@@ -389,7 +653,9 @@ class _Path:
             self.pending_dst = (r[1], r[2])
             self.pending_src = (r[3], r[4])
 
-    def _apply_snat(self, device: str | None, nexthop: str | None) -> bool:
+    def _apply_snat(self, device: str | None, nexthop: str | None, chosen: int | None = None) -> bool:
+        """Apply the source NAT decided for a new flow (MASQUERADE picks ``device``'s address,
+        or takes ``chosen`` when the flow cache already knows it); ``False`` when there is none."""
         ctx = self.ctx
         if not self.new_flow:
             if self.pending_src is not None:
@@ -399,10 +665,14 @@ class _Path:
             return True
         addr, port = ctx.snat
         if addr == -1:  # MASQUERADE: the out interface's address
-            chosen = self.ns.node.source_address(device or "lo", ctx.version, nexthop, ctx.dst)
             if chosen is None:
-                return False
-            addr = parse_address(chosen)[1]
+                text = self.ns.node.source_address(device or "lo", ctx.version, nexthop, ctx.dst)
+                if text is None:
+                    return False
+                chosen = parse_address(text)[1]
+            addr = chosen
+        if ctx.rec is not None:
+            ctx.rec.op(flowcache.SNAT, (device, nexthop, chosen))
         if (addr, port) != (ctx.src, ctx.sport):
             ctx.ct_snat = True
         ctx.src, ctx.sport = addr, port
@@ -416,6 +686,8 @@ class _Path:
         reason: str,
     ) -> tuple[Outcome, Ctx, Callable[[], None] | None]:
         ctx, p = self.ctx, self.packet
+        if ctx.rec is not None:
+            ctx.rec.end(verdict, delivery, device, reason)
         orig_src, orig_dst = self.orig_src, self.orig_dst
         if (
             ctx.src == orig_src

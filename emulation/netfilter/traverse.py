@@ -13,6 +13,9 @@ runs each chain's compiled rules (see :mod:`emulation.netfilter.compile`) and on
 candidates its index gives for the packet; the rules it leaves out are ones whose match is
 known to fail, and the kernel counts only matched rules, so its verdicts, counters and side
 effects are exactly those of the plain walk (an equivalence property tests this).
+
+While the flow cache records a path (``ctx.rec``, see :mod:`emulation.netfilter.flowcache`),
+both walks tell the recorder what each tested rule reads and which targets ran.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from emulation.errors import NetfilterError
-from emulation.netfilter.compile import APPLY, COUNT, GOTO, JUMP, MIN_INDEXED, VERDICT
+from emulation.netfilter import flowcache
+from emulation.netfilter.compile import APPLY, COUNT, GOTO, JUMP, MIN_INDEXED, VERDICT, target_code
 from emulation.netfilter.context import Ctx, TraceStep
 from emulation.netfilter.rules import Chain, Table
 from emulation.netfilter.targets import CONTINUE, Verdict
@@ -71,7 +75,12 @@ def _walk_indexed(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | Non
     if seq is None:
         seq = compiled.candidates(ctx)
     hits = ctx.hits
-    for uid, test, code, arg in seq:
+    rec = ctx.rec
+    if rec is not None and compiled.index is not None and compiled.index.kind == "dport":
+        rec.read(flowcache.DPORT)
+    for uid, test, code, arg, deps in seq:
+        if rec is not None:
+            rec.rule(deps)
         if test is not None:
             res = test(ctx)
             if res is not True:
@@ -92,6 +101,8 @@ def _walk_indexed(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | Non
             sub = _walk_indexed(ctx, table, table.chains[arg], depth + 1)  # type: ignore[index]
             return None if sub is None or sub == "RETURN" else sub
         assert code == APPLY
+        if rec is not None:
+            rec.op(flowcache.APPLY, arg)
         verdict: Verdict = arg(ctx)  # type: ignore[operator]
         if verdict == CONTINUE:
             continue
@@ -121,9 +132,12 @@ def _walk(
     if depth > MAX_DEPTH:
         raise NetfilterError(f"chain nesting deeper than {MAX_DEPTH} at {table.name}/{chain.name}: a loop?")
     rules = chain.rules
+    rec = ctx.rec
     for i in range(len(rules)) if positions is None else positions:
         rule = rules[i]
         uid = rule.uid
+        if rec is not None:
+            rec.rule(flowcache.rule_deps(rule))
         res: bool | None = True
         for m in rule.basic:
             res = m.test(ctx, uid)
@@ -146,6 +160,10 @@ def _walk(
             if ctx.tracing:
                 _trace(ctx, table, chain, i, "match", "")
             continue
+        if rec is not None:
+            code, arg = target_code(target)
+            if code == APPLY:
+                rec.op(flowcache.APPLY, arg)
         verdict = target.apply(ctx)
         if ctx.tracing:
             _trace(ctx, table, chain, i, "match", target.label)
