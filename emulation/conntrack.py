@@ -11,17 +11,27 @@ expire by the kernel's default timeouts (seconds) from the injected clock:
   not modelled) -- nf_conntrack_proto_tcp.c.
 - UDP: 30 unreplied; 120 (``UDP_CT_REPLIED``) once replied and the flow is older than 2 s,
   else 30 -- nf_conntrack_proto_udp.c.
-- SCTP: 3 unreplied (``COOKIE_WAIT``), 210 replied (``ESTABLISHED``) -- nf_conntrack_proto_sctp.c.
+- SCTP: 10 unreplied (an INIT nobody answered leaves the entry ``CLOSED``: ``sctp_conntracks``
+  takes INIT from ``sNO`` to ``sCL``; ``COOKIE_WAIT`` needs the INIT_ACK), 210 replied
+  (``ESTABLISHED``) -- nf_conntrack_proto_sctp.c. The client's own packets do not renew an
+  unreplied entry ("don't renew timeout on init retransmit").
 - ICMP: 30 -- nf_conntrack_proto_icmp.c.
+
+Expired entries are never found; they are also removed from memory a few at a time as new
+ones are confirmed, as the kernel's ``gc_worker`` evicts them in the background, so a long
+run holds only the live flows. Entries wait in one queue per timeout length: the clock only
+moves forward, so each queue is in expiry order and its front is the next to expire.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from emulation.addr import format_address
 from emulation.clock import Clock
+from emulation.slots import maker
 
 __all__ = ["ConntrackEntry", "ConntrackTable", "FlowKey", "timeout_s"]
 
@@ -29,6 +39,8 @@ __all__ = ["ConntrackEntry", "ConntrackTable", "FlowKey", "timeout_s"]
 FlowKey = tuple[int, int, int, int, int, str]
 
 UDP_STREAM_AFTER_S = 2.0
+#: Expired entries removed at most per confirmed entry.
+SWEEP_PER_CONFIRM = 4
 
 
 def timeout_s(proto: str, seen_reply: bool, age_s: float) -> float:
@@ -38,7 +50,7 @@ def timeout_s(proto: str, seen_reply: bool, age_s: float) -> float:
     if proto == "udp":
         return 120.0 if seen_reply and age_s >= UDP_STREAM_AFTER_S else 30.0
     if proto == "sctp":
-        return 210.0 if seen_reply else 3.0
+        return 210.0 if seen_reply else 10.0
     return 30.0
 
 
@@ -83,61 +95,131 @@ class ConntrackEntry:
         return f"{self.original[5]} {side(self.original)}{flag} {side(self.reply)} mark={self.mark}"
 
 
+_Row = tuple[FlowKey, FlowKey, float, float, bool, int]
+_make_entry = maker(ConntrackEntry)
+
+
 class ConntrackTable:
     """The conntrack table of one node (a thin mutable shell over frozen entries)."""
 
     def __init__(self, clock: Clock) -> None:
         self.clock = clock
-        self._by_key: dict[FlowKey, ConntrackEntry] = {}
+        # Rows ``(original, reply, created_s, expires_s, seen_reply, mark)`` by both tuples.
+        # Tuples of numbers and text, which the cyclic garbage collector stops tracking, where
+        # entry objects would stay tracked: 100,000 flows made each full collection ~1 s longer.
+        self._by_key: dict[FlowKey, _Row] = {}
+        # Rows by the length of the timeout they were given, in expiry order (see _sweep).
+        self._queues: dict[float, deque[_Row]] = {}
+        self._due = float("inf")  # no queue's front expires before this
 
     def lookup(self, key: FlowKey) -> tuple[ConntrackEntry, bool] | None:
         """The live entry with ``key`` as its original or reply tuple, and whether it is the reply."""
-        entry = self._by_key.get(key)
-        if entry is None:
+        row = self._by_key.get(key)
+        if row is None:
             return None
-        if entry.expires_s <= self.clock.now():
-            self._remove(entry)
+        if row[3] <= self.clock.now():
+            self._remove(row)
             return None
-        return entry, key == entry.reply and key != entry.original
+        return _make_entry(*row), key == row[1] and key != row[0]
 
     def confirm(self, entry: ConntrackEntry) -> None:
         """Insert a new entry, or replace the entry with the same original tuple."""
-        old = self._by_key.get(entry.original)
+        self.insert(
+            entry.original, entry.reply, entry.created_s, entry.expires_s, entry.seen_reply, entry.mark
+        )
+
+    def insert(
+        self,
+        original: FlowKey,
+        reply: FlowKey,
+        created_s: float,
+        expires_s: float,
+        seen_reply: bool,
+        mark: int,
+    ) -> None:
+        """:meth:`confirm` of the entry with these fields, without making the entry."""
+        row = (original, reply, created_s, expires_s, seen_reply, mark)
+        by_key = self._by_key
+        old = by_key.get(original)
         if old is not None:
             self._remove(old)
-        self._by_key[entry.original] = entry
-        self._by_key[entry.reply] = entry
+        by_key[original] = row
+        by_key[reply] = row
+        if old is None:  # a refreshed entry keeps its flow's place (see _sweep)
+            self._enqueue(row)
+        if self._due <= self.clock.now():
+            self._sweep()
+
+    def _enqueue(self, row: _Row) -> None:
+        expires = row[3]
+        length = round(expires - self.clock.now(), 3)  # one queue per timeout, rounding aside
+        queue = self._queues.get(length)
+        if queue is None:
+            queue = self._queues[length] = deque()
+        queue.append(row)
+        if expires < self._due:
+            self._due = expires
+
+    def _sweep(self) -> None:
+        """Remove up to :data:`SWEEP_PER_CONFIRM` expired entries from the queues' fronts.
+
+        An entry refreshed since it was queued goes to the back of the queue of its new
+        timeout; one already gone (deleted, replaced, expired at a lookup) is dropped.
+        """
+        now = self.clock.now()
+        budget = SWEEP_PER_CONFIRM
+        for queue in list(self._queues.values()):
+            while queue and queue[0][3] <= now and budget:
+                budget -= 1
+                row = queue.popleft()
+                current = self._by_key.get(row[0])
+                if current is None or current[0] != row[0]:
+                    continue  # already gone
+                if current[3] <= now:
+                    self._remove(current)
+                else:
+                    self._enqueue(current)
+            if not budget:
+                return  # more may be due: the next confirmation goes on
+        self._due = min((q[0][3] for q in self._queues.values() if q), default=float("inf"))
 
     def refresh(self, entry: ConntrackEntry, *, reply: bool, mark: int) -> ConntrackEntry:
-        """Account a packet of an existing entry: reply seen, new timeout, new ctmark."""
+        """Account a packet of an existing entry: reply seen, new timeout, new ctmark.
+
+        An SCTP entry that has seen no reply keeps its expiry: its packets can only be
+        retransmitted INITs, which ``nf_conntrack_sctp_packet`` accepts without refreshing the
+        entry (CLOSED to CLOSED), so a client cannot keep it, and its NAT, alive forever.
+        """
         now = self.clock.now()
         seen = entry.seen_reply or reply
-        updated = replace(
-            entry,
-            seen_reply=seen,
-            mark=mark,
-            expires_s=now + timeout_s(entry.original[5], seen, now - entry.created_s),
+        proto = entry.original[5]
+        expires = (
+            entry.expires_s
+            if proto == "sctp" and not seen
+            else now + timeout_s(proto, seen, now - entry.created_s)
         )
+        updated = replace(entry, seen_reply=seen, mark=mark, expires_s=expires)
         self.confirm(updated)
         return updated
 
     def entries(self) -> list[ConntrackEntry]:
         """Every live entry."""
         now = self.clock.now()
-        seen: dict[int, ConntrackEntry] = {}
-        for e in self._by_key.values():
-            if e.expires_s > now:
-                seen[id(e)] = e
-        return list(seen.values())
+        seen: dict[int, _Row] = {}
+        for row in self._by_key.values():
+            if row[3] > now:
+                seen[id(row)] = row
+        return [_make_entry(*row) for row in seen.values()]
 
     def delete(self, predicate: Callable[[ConntrackEntry], bool]) -> int:
         """Delete every entry for which ``predicate`` holds (``conntrack -D``); return how many."""
-        doomed = [e for e in self.entries() if predicate(e)]
-        for e in doomed:
-            self._remove(e)
+        now = self.clock.now()
+        doomed = {id(r): r for r in self._by_key.values() if r[3] > now and predicate(_make_entry(*r))}
+        for row in doomed.values():
+            self._remove(row)
         return len(doomed)
 
-    def _remove(self, entry: ConntrackEntry) -> None:
-        for k in (entry.original, entry.reply):
-            if self._by_key.get(k) is entry:
+    def _remove(self, row: _Row) -> None:
+        for k in (row[0], row[1]):
+            if self._by_key.get(k) is row:
                 del self._by_key[k]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from emulation.addr import parse_address
+from emulation.slots import filler, maker
 
 __all__ = ["PROTOCOLS", "Packet", "Protocol", "unchecked_replace"]
 
@@ -19,7 +20,7 @@ PROTOCOLS: tuple[str, ...] = ("tcp", "udp", "sctp", "icmp")
 PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132}
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Packet:
     """One IP packet.
 
@@ -49,7 +50,25 @@ class Packet:
     length: int = 60
     syn: bool = True
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        src: str,
+        dst: str,
+        sport: int = 0,
+        dport: int = 0,
+        protocol: Protocol = "tcp",
+        in_interface: str | None = None,
+        out_interface: str | None = None,
+        mark: int = 0,
+        length: int = 60,
+        syn: bool = True,
+    ) -> None:
+        # As the dataclass __init__ would, but through the slots (see emulation.slots).
+        _fill(self, src, dst, sport, dport, protocol, in_interface, out_interface, mark, length, syn)
+        self._validate()
+
+    def _validate(self) -> None:
         if self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol={self.protocol!r}; expected one of {PROTOCOLS}")
         sv, _ = parse_address(self.src)
@@ -89,6 +108,10 @@ class Packet:
         )
 
 
+_fill = filler(Packet)
+_make = maker(Packet)
+
+
 def unchecked_replace(
     packet: Packet, *, src: str, dst: str, sport: int, dport: int, mark: int, out_interface: str | None
 ) -> Packet:
@@ -98,16 +121,15 @@ def unchecked_replace(
     addresses of the packet's family, ports and marks in range); anyone else should use
     ``dataclasses.replace``, which validates.
     """
-    new = object.__new__(Packet)
-    setattr_ = object.__setattr__
-    setattr_(new, "src", src)
-    setattr_(new, "dst", dst)
-    setattr_(new, "sport", sport)
-    setattr_(new, "dport", dport)
-    setattr_(new, "protocol", packet.protocol)
-    setattr_(new, "in_interface", packet.in_interface)
-    setattr_(new, "out_interface", out_interface)
-    setattr_(new, "mark", mark)
-    setattr_(new, "length", packet.length)
-    setattr_(new, "syn", packet.syn)
-    return new
+    return _make(
+        src,
+        dst,
+        sport,
+        dport,
+        packet.protocol,
+        packet.in_interface,
+        out_interface,
+        mark,
+        packet.length,
+        packet.syn,
+    )

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from emulation.netfilter.context import Ctx
-from emulation.netfilter.flowcache import Deps, rule_deps
+from emulation.netfilter.flowcache import Deps
 from emulation.netfilter.matches import (
     AddressMatch,
     AddrType,
@@ -136,7 +136,7 @@ def compile_rule(rule: Rule) -> CRule:
         if p is not None:
             preds.append(p)
     code, arg = target_code(rule.target)
-    return rule.uid, _all_of(preds), code, arg, rule_deps(rule)
+    return rule.uid, _all_of(preds), code, arg, rule.deps()
 
 
 def dispatch_keys(rule: Rule) -> tuple[DstKey | None, PortKey | None]:

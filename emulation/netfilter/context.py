@@ -74,6 +74,7 @@ class Ctx:
 
     __slots__ = (
         "choices",
+        "compile_short",
         "ct_dir_reply",
         "ct_dnat",
         "ct_orig",
@@ -148,6 +149,7 @@ class Ctx:
         self.set_lookup = set_lookup
         self.tracing = tracing
         self.indexed = indexed  # run compiled, indexed chains when not tracing
+        self.compile_short = True  # compile a short chain at its second visit (see traverse)
         self.trace: list[TraceStep] = []
         self.hook = ""
         self.ctstate = "NEW"

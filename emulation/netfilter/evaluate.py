@@ -38,6 +38,7 @@ from emulation.netfilter.ruleset import Counters, apply_restore, save
 from emulation.netfilter.traverse import run_chain
 from emulation.node import Node
 from emulation.packet import Packet, unchecked_replace
+from emulation.slots import maker
 
 __all__ = ["Netns", "Outcome"]
 
@@ -97,6 +98,9 @@ class Outcome:
         """``ip:port`` (``[ip]:port`` for IPv6) the packet finally went to."""
         host = f"[{self.packet.dst}]" if ":" in self.packet.dst else self.packet.dst
         return f"{host}:{self.packet.dport}"
+
+
+_make_outcome = maker(Outcome)
 
 
 class _Chooser:
@@ -275,25 +279,28 @@ class Netns:
         taken: list[bool] = []
         replayed: list[Segment] = []
         while seg is not None:
-            if not seg.plain:
-                if not seg.cacheable:
-                    break
-                if seg.counts:
-                    replayed.append(seg)
-                if seg.end is not None:
-                    if seg.summary is None:
+            if not seg.cacheable:
+                break
+            if seg.counts:
+                replayed.append(seg)
+            if seg.end is not None:
+                summary = seg.summary
+                if summary is None:
+                    if seg.recorded is None:
                         break
-                    return self._replayed(packet, version, src, dst, seg.summary, replayed)
-            if oracle(seg.p):
-                taken.append(True)
-                child = seg.yes
-            else:
+                    summary = seg.summary = self._summarize(packet, version, seg.recorded)
+                    seg.recorded = None
+                return self._replayed(packet, version, src, dst, summary, replayed)
+            ps = seg.ps
+            for i in range(len(ps)):
+                if oracle(ps[i]):
+                    taken.append(True)
+                    child = seg.kids[i]
+                    break
                 taken.append(False)
-                child = seg.no
-            if type(child) is FlowSet:
-                seg = child.find(src, sport, dport)
             else:
-                seg = child  # type: ignore[assignment]
+                child = seg.tail
+            seg = child.find(src, sport, dport) if type(child) is FlowSet else child  # type: ignore[assignment]
         # Not recorded yet (or uncacheable from here): walk it, redoing the draws already made.
         if taken:
             made = iter(taken)
@@ -305,9 +312,14 @@ class Netns:
             ctx = self._ctx(packet, version, src, dst, resumed, False)
         else:
             ctx = self._ctx(packet, version, src, dst, oracle, False)
+        ctx.compile_short = False
         path = _Path(self, ctx, packet, src, dst)
         path.known_new = True
         if seg is not None:  # an uncacheable marker: nothing to record
+            return path.run()
+        if root is None and flows.first_sight(base):
+            # The first packet to a destination is walked only: most of a cold start's would
+            # never be replayed, and recording costs about as much as the walk.
             return path.run()
         rec = ctx.rec = Recorder(ctx)
         walk_oracle = ctx.oracle
@@ -324,9 +336,7 @@ class Netns:
             if flows.full(len(rec.segments)):
                 flows.fold(self._counters)
                 flows.clear()
-            leaf = flows.graft(base, src, sport, dport, rec)
-            if leaf is not None and leaf.summary is None and leaf.end is not None:
-                leaf.summary = self._summarize(packet, version, [s for _, _, s, _ in rec.segments])
+            flows.graft(base, src, sport, dport, rec)
         return result
 
     def _summarize(self, packet: Packet, version: int, segments: list[Segment]) -> Summary:
@@ -358,7 +368,7 @@ class Netns:
         path = _Path(self, probe, packet, _MARK_SRC, _MARK_DST)
         path.known_new = True
         for seg in segments:
-            path.replay(seg)
+            path.replay(seg)  # the draws between them only chose the path
         end = segments[-1].end
         assert end is not None
         verdict, delivery, device, reason = end
@@ -415,30 +425,32 @@ class Netns:
                 mark=s.mark,
                 out_interface=device,
             )
-        outcome = Outcome(
-            verdict=s.verdict,
-            delivery=s.delivery,
-            out_interface=device,
-            packet=final,
-            ctstate=s.ctstate,
-            dnat=new_dst != dst or new_dport != dport,
-            snat=new_src != src or new_sport != sport,
-            masquerade=s.masquerade,
-            reason=s.reason,
-            uncertain=False,
+        outcome = _make_outcome(
+            s.verdict,
+            s.delivery,
+            device,
+            final,
+            s.ctstate,
+            new_dst != dst or new_dport != dport,
+            new_src != src or new_sport != sport,
+            s.masquerade,
+            s.reason,
+            False,
+            (),
         )
         commit = None
         if s.track:
             proto = packet.protocol
             now = self.clock.now()
-            entry = ConntrackEntry(
-                original=(version, src, sport, dst, dport, proto),
-                reply=(version, new_dst, new_dport, new_src, new_sport, proto),
-                created_s=now,
-                expires_s=now + timeout_s(proto, False, 0.0),
-                mark=s.ctmark,
+            commit = partial(
+                self.conntrack.insert,
+                (version, src, sport, dst, dport, proto),
+                (version, new_dst, new_dport, new_src, new_sport, proto),
+                now,
+                now + timeout_s(proto, False, 0.0),
+                False,
+                s.ctmark,
             )
-            commit = partial(self.conntrack.confirm, entry)
         return outcome, replayed, commit
 
     def _ctx(

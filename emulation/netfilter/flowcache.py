@@ -38,6 +38,7 @@ flushed), which costs only speed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DPORT",
+    "NOTHING",
     "SPORT",
     "FlowCache",
     "FlowSet",
@@ -87,7 +89,69 @@ _ALL_BITS = 128  # "every bit of the source" for either family (clamped per fami
 #: Effects redone in order on replay: a target's apply, the conntrack decision, source NAT,
 #: the input interface of a locally delivered packet.
 APPLY, CONNTRACK, SNAT, IIF = range(4)
+#: A segment's exit when every draw of its ladder came out False.
+TAIL = -1
 Op = tuple[int, object]
+
+
+#: What a rule reads when it reads no more than the always-keyed fields (one object: the
+#: walks skip telling the recorder about such rules).
+NOTHING: Deps = (0, 0, ())
+_PORT_DEPS: tuple[Deps, ...] = ((0, 0, ()), (0, SPORT, ()), (0, DPORT, ()), (0, SPORT | DPORT, ()))
+_MULTIPORT = {"sports": _PORT_DEPS[SPORT], "dports": _PORT_DEPS[DPORT], "ports": _PORT_DEPS[SPORT | DPORT]}
+_WHOLE_SOURCE: Deps = (_ALL_BITS, 0, ())
+_WHOLE_TUPLE: Deps = (_ALL_BITS, SPORT | DPORT, ())
+
+
+def _address(m: Match) -> Deps:
+    assert isinstance(m, AddressMatch)
+    return (0, 0, (m.cidr,)) if m.side == "s" and m.cidr.prefix else NOTHING
+
+
+def _ports(m: Match) -> Deps:
+    assert isinstance(m, Ports)
+    return _PORT_DEPS[(SPORT if m.sport is not None else 0) | (DPORT if m.dport is not None else 0)]
+
+
+def _multiport(m: Match) -> Deps:
+    assert isinstance(m, Multiport)
+    return _MULTIPORT[m.which]
+
+
+def _addrtype(m: Match) -> Deps:
+    assert isinstance(m, AddrType)
+    return _WHOLE_SOURCE if m.src_types else NOTHING
+
+
+def _conntrack(m: Match) -> Deps:
+    assert isinstance(m, Conntrack)
+    return _WHOLE_TUPLE if m.tuple_checks else NOTHING  # --ctorig*/--ctrepl*: the packet's tuple
+
+
+def _statistic(m: Match) -> Deps:
+    assert isinstance(m, Statistic)
+    return NOTHING if m.mode == "random" else None  # nth counts packets: state
+
+
+def _nothing(m: Match) -> Deps:
+    return NOTHING
+
+
+#: By match class; a class not listed (recent, set, unknown matches) is state: not cacheable.
+_BY_CLASS: dict[type, Callable[[Match], Deps]] = {
+    AddressMatch: _address,
+    Ports: _ports,
+    Multiport: _multiport,
+    AddrType: _addrtype,
+    Conntrack: _conntrack,
+    Statistic: _statistic,
+    Comment: _nothing,
+    Nfacct: _nothing,
+    Mark: _nothing,
+    ProtoMatch: _nothing,
+    InterfaceMatch: _nothing,
+    Icmp: _nothing,
+}
 
 
 def match_deps(m: Match) -> Deps:
@@ -95,40 +159,29 @@ def match_deps(m: Match) -> Deps:
 
     Matches on fields the cache always keys (destination, protocol, interfaces, mark), on
     values the path itself decides (conntrack state of a new flow, the output interface), and
-    annotations read nothing extra.
+    annotations read nothing extra. ``recent``, ``set``, ``statistic --mode nth`` and unknown
+    matches depend on state.
     """
-    if isinstance(m, AddressMatch):
-        return (0, 0, (m.cidr,)) if m.side == "s" and m.cidr.prefix else _NOTHING
-    if isinstance(m, Ports):
-        return 0, (SPORT if m.sport is not None else 0) | (DPORT if m.dport is not None else 0), ()
-    if isinstance(m, Multiport):
-        return 0, {"sports": SPORT, "dports": DPORT}.get(m.which, SPORT | DPORT), ()
-    if isinstance(m, AddrType):
-        return (_ALL_BITS if m.src_types else 0), 0, ()
-    if isinstance(m, Conntrack):
-        if m.tuple_checks:  # --ctorig*/--ctrepl*: the flow's tuple, i.e. the packet's
-            return _ALL_BITS, SPORT | DPORT, ()
-        return _NOTHING
-    if isinstance(m, Statistic):
-        return _NOTHING if m.mode == "random" else None  # nth counts packets: state
-    if isinstance(m, (Comment, Nfacct, Mark, ProtoMatch, InterfaceMatch, Icmp)):
-        return _NOTHING
-    return None  # recent, set, unknown matches, anything not listed here
-
-
-_NOTHING: Deps = (0, 0, ())
+    f = _BY_CLASS.get(type(m))
+    return None if f is None else f(m)
 
 
 def rule_deps(rule: Rule) -> Deps:
     """The union of what the rule's matches read, or ``None`` when the rule is not cacheable."""
-    bits = flags = 0
-    prefixes: tuple[Cidr, ...] = ()
-    for m in (*rule.basic, *rule.matches):
-        d = match_deps(m)
-        if d is None:
-            return None
-        bits, flags, prefixes = max(bits, d[0]), flags | d[1], prefixes + d[2]
-    return None if isinstance(rule.target, UnknownTarget) else (bits, flags, prefixes)
+    if type(rule.target) is UnknownTarget:
+        return None
+    out = NOTHING
+    for matches in (rule.basic, rule.matches):
+        for m in matches:
+            f = _BY_CLASS.get(type(m))
+            if f is None:
+                return None
+            d = f(m)
+            if d is None:
+                return None
+            if d is not NOTHING:
+                out = d if out is NOTHING else (max(out[0], d[0]), out[1] | d[1], out[2] + d[2])  # type: ignore[index]
+    return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -159,22 +212,30 @@ class Summary:
 
 
 class Segment:
-    """What a path does between two random draws (or up to its end); see the module docstring.
+    """What a path does from one point to the next random draw that came out True (or its end).
+
+    A segment has a body (what happens before its first draw) and then a *ladder* of draws:
+    ``ps[0]``, and when that came out False and nothing else happened, ``ps[1]``, and so on,
+    as kube-proxy's endpoint chains draw ``1/n``, ``1/(n-1)`` ... until one holds. See the
+    module docstring.
 
     Attributes:
-        hits: uids of the rules matched (each counts the packet once).
-        policies: ``(table, chain)`` of the built-in chain policies applied.
-        ops: effects to redo, in order: ``(APPLY, target.apply)``, ``(CONNTRACK, None)``,
-            ``(SNAT, (device, nexthop, address MASQUERADE chose))``, ``(IIF, name)``.
-        end: ``(verdict, delivery, device, reason)`` when the path ends here, else ``None``.
-        p: the probability of the draw that ends the segment (when ``end`` is ``None``).
-        yes, no: what follows when the draw came out True (``yes``) or False (``no``): the
-            next segment itself when it reads nothing the path had not already read (every
-            packet that got here goes on the same way), else a :class:`FlowSet` of them.
+        hits: uids of the rules the body matched (each counts the packet once).
+        policies: ``(table, chain)`` of the built-in chain policies the body applied.
+        ops: the body's effects to redo, in order: ``(APPLY, target.apply)``,
+            ``(CONNTRACK, None)``, ``(SNAT, (device, nexthop, address MASQUERADE chose))``,
+            ``(IIF, name)``.
+        end: ``(verdict, delivery, device, reason)`` when the path ends after the body.
+        ps: the probabilities of the ladder's draws known so far.
+        kids: for each draw, what follows when it came out True: the next segment itself when
+            that reads nothing the path had not already read (every packet that got there goes
+            on the same way), else a :class:`FlowSet` of them; ``None`` until recorded.
+        tail: what follows when every draw came out False (``None`` until recorded).
         cacheable: ``False`` for a marker: packets reaching it take the slow path.
         counts: it has rules or policies to count.
         packets, bytes: replayed packets not yet folded into the rule counters.
-        summary: on the segment that ends a path, the outcome of the whole path.
+        summary: on the segment that ends a path, the outcome of the whole path (``recorded``
+            until it is first needed).
     """
 
     __slots__ = (
@@ -183,14 +244,14 @@ class Segment:
         "counts",
         "end",
         "hits",
-        "no",
+        "kids",
         "ops",
-        "p",
         "packets",
-        "plain",
         "policies",
+        "ps",
+        "recorded",
         "summary",
-        "yes",
+        "tail",
     )
 
     def __init__(
@@ -200,24 +261,21 @@ class Segment:
         ops: tuple[Op, ...],
         *,
         end: tuple[str, str, str | None, str] | None = None,
-        p: float = 0.0,
+        ps: list[float] | None = None,
         cacheable: bool = True,
     ) -> None:
         self.hits = hits
         self.policies = policies
         self.ops = ops
         self.end = end
-        self.p = p
-        self.yes: FlowSet | Segment | None = None
-        self.no: FlowSet | Segment | None = None
+        self.ps: list[float] = ps or []
+        self.kids: list[FlowSet | Segment | None] = [None] * len(self.ps)
+        self.tail: FlowSet | Segment | None = None
         self.cacheable = cacheable
         self.counts = bool(hits or policies)
-        #: Nothing to count and no end: only a draw (kube-proxy's endpoint ladders are these).
-        self.plain = cacheable and not self.counts and end is None
-        #: Packets (and their bytes) replayed through it since its counts were last folded.
         self.packets = self.bytes = 0
-        #: For the last segment of a path: what the whole path does (set when grafted).
         self.summary: Summary | None = None
+        self.recorded: list[Segment] | None = None
 
 
 class FlowSet:
@@ -258,12 +316,15 @@ class Recorder:
     """
 
     __slots__ = (
+        "at_draw",
         "bits",
+        "body",
         "ctx",
         "done",
         "flags",
         "live",
         "ops",
+        "rungs",
         "segments",
         "src",
         "start_hits",
@@ -282,9 +343,13 @@ class Recorder:
         self.live = True
         self.done = False
         self.ops: list[Op] = []
-        self.start_hits = self.start_policies = 0
-        #: ``(bits, flags, segment fields, draw choice or None)`` per closed segment.
-        self.segments: list[tuple[int, int, Segment, bool | None]] = []
+        self.start_hits = self.start_policies = 0  # what is not in a closed part yet
+        self.body: tuple[tuple[int, ...], tuple[tuple[str, str], ...], tuple[Op, ...]] | None = None
+        self.rungs: list[float] = []  # the open segment's draws so far (all False)
+        self.at_draw = (0, 0)  # (bits, flags) at its last draw
+        #: ``(bits, flags, segment, exit)`` per closed segment: ``exit`` is the index of the
+        #: draw that came out True, :data:`TAIL` when all came out False, ``None`` at the end.
+        self.segments: list[tuple[int, int, Segment, int | None]] = []
 
     def rule(self, deps: Deps) -> None:
         """A rule is about to be tested: add what it reads (or stop at a stateful rule).
@@ -322,34 +387,70 @@ class Recorder:
         if self.live:
             self.ops.append((code, arg))
 
-    def _close(self, **kw: object) -> Segment:
+    def _take(self) -> tuple[tuple[int, ...], tuple[tuple[str, str], ...], tuple[Op, ...]]:
+        """What happened since the last cut: matched rules, policies, effects."""
         ctx = self.ctx
-        hits = tuple(ctx.hits[self.start_hits :])
-        policies = tuple((t, c) for t, c, _ in ctx.policy_hits[self.start_policies :])
-        self.start_hits, self.start_policies = len(ctx.hits), len(ctx.policy_hits)
-        seg = Segment(hits, policies, tuple(self.ops), **kw)  # type: ignore[arg-type]
+        hits, policy_hits = ctx.hits, ctx.policy_hits
+        taken = (
+            tuple(hits[self.start_hits :]),
+            tuple((t, c) for t, c, _ in policy_hits[self.start_policies :]),
+            tuple(self.ops),
+        )
+        self.start_hits, self.start_policies = len(hits), len(policy_hits)
         self.ops = []
-        return seg
+        return taken
+
+    def _moved(self) -> bool:
+        """Whether anything happened, or was read, since the open segment's last draw."""
+        ctx = self.ctx
+        return (
+            len(ctx.hits) > self.start_hits
+            or len(ctx.policy_hits) > self.start_policies
+            or bool(self.ops)
+            or (self.bits, self.flags) != self.at_draw
+        )
+
+    def _close(self, exit_: int) -> None:
+        assert self.body is not None
+        hits, policies, ops = self.body
+        seg = Segment(hits, policies, ops, ps=self.rungs)
+        self.segments.append((self.at_draw[0], self.at_draw[1], seg, exit_))
+        self.rungs, self.body = [], None
 
     def draw(self, p: float, choice: bool) -> None:
-        """A random draw with probability ``p`` came out ``choice``: the segment ends here."""
-        if self.live:
-            self.segments.append((self.bits, self.flags, self._close(p=p), choice))
+        """A random draw with probability ``p`` came out ``choice``."""
+        if not self.live:
+            return
+        if self.rungs and self._moved():
+            self._close(TAIL)  # something happened after the ladder: a new segment
+        if not self.rungs:
+            self.body = self._take()
+        self.rungs.append(p)
+        self.at_draw = (self.bits, self.flags)
+        if choice:
+            self._close(len(self.rungs) - 1)
 
     def end(self, verdict: str, delivery: str, device: str | None, reason: str) -> None:
         """The path ended with this outcome."""
-        if self.live:
-            seg = self._close(end=(verdict, delivery, device, reason))
-            self.segments.append((self.bits, self.flags, seg, None))
-            self.live = False
-            self.done = True
+        if not self.live:
+            return
+        if self.rungs:
+            self._close(TAIL)
+        hits, policies, ops = self._take()
+        seg = Segment(hits, policies, ops, end=(verdict, delivery, device, reason))
+        self.segments.append((self.bits, self.flags, seg, None))
+        self.live = False
+        self.done = True
 
     def stop(self) -> None:
         """What follows depends on state: packets reaching this point take the slow path."""
-        if self.live:
-            self.segments.append((self.bits, self.flags, Segment((), (), (), cacheable=False), None))
-            self.live = False
-            self.done = True
+        if not self.live:
+            return
+        if self.rungs:
+            self._close(TAIL)
+        self.segments.append((self.bits, self.flags, Segment((), (), (), cacheable=False), None))
+        self.live = False
+        self.done = True
 
 
 #: Base key of a path's root: (input interface, version, protocol, syn, input mark, destination).
@@ -367,7 +468,7 @@ class FlowCache:
         segments: segments held now; recorded: paths recorded since it was made.
     """
 
-    __slots__ = ("dirty", "interfaces", "limit", "node", "recorded", "roots", "ruleset", "segments")
+    __slots__ = ("dirty", "interfaces", "limit", "node", "recorded", "roots", "ruleset", "seen", "segments")
 
     def __init__(self, ruleset: object, node: object, *, limit: int = 1 << 18) -> None:
         self.ruleset = ruleset
@@ -375,6 +476,8 @@ class FlowCache:
         self.limit = limit
         self.roots: dict[BaseKey, FlowSet] = {}
         self.segments = 0
+        #: Base keys whose first packet was walked without recording (see :meth:`first_sight`).
+        self.seen: set[BaseKey] = set()
         #: Input interfaces already found on ``node`` (so a packet's need not be looked up).
         self.interfaces: set[str | None] = {None}
         #: Paths recorded (walked and grafted) so far, for statistics.
@@ -412,7 +515,19 @@ class FlowCache:
     def clear(self) -> None:
         """Forget every recorded path (fold the counters first)."""
         self.roots.clear()
+        self.seen.clear()
         self.segments = 0
+
+    def first_sight(self, base: BaseKey) -> bool:
+        """Whether no packet with this base key was seen before (and remember this one).
+
+        Paths are recorded from the second packet to a destination on: a cold start sends
+        most of its first packets to destinations met once, whose recording would be waste.
+        """
+        if base in self.seen:
+            return False
+        self.seen.add(base)
+        return True
 
     def root(self, base: BaseKey) -> FlowSet | None:
         """The flows recorded for packets with this base key."""
@@ -432,7 +547,7 @@ class FlowCache:
         if flows is None:
             flows = self.roots[base] = FlowSet()
         at: FlowSet | Segment = flows
-        for i, (bits, flags, seg, choice) in enumerate(rec.segments):
+        for i, (bits, flags, seg, exit_) in enumerate(rec.segments):
             if isinstance(at, FlowSet):
                 shift = width - min(bits, width)
                 key = (src >> shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0)
@@ -441,16 +556,21 @@ class FlowCache:
                 made = at
             if made is seg:
                 self.segments += 1
-            if choice is None:
+            elif len(seg.ps) > len(made.ps):  # this path went further down the ladder
+                made.kids += [None] * (len(seg.ps) - len(made.ps))
+                made.ps += seg.ps[len(made.ps) :]
+            if exit_ is None:
+                if made.end is not None and made.summary is None and made.recorded is None:
+                    made.recorded = [s for _, _, s, _ in rec.segments]
                 return made
-            child = made.yes if choice else made.no
+            child = made.tail if exit_ == TAIL else made.kids[exit_]
             if child is None:
                 following = rec.segments[i + 1]
                 # The same reads after the draw: the next segment is the only one possible.
                 child = following[2] if following[:2] == (bits, flags) else FlowSet()
-                if choice:
-                    made.yes = child
+                if exit_ == TAIL:
+                    made.tail = child
                 else:
-                    made.no = child
+                    made.kids[exit_] = child
             at = child
         return None

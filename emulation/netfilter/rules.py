@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from emulation.netfilter.compile import ChainIndex, CompiledChain, dispatch_keys
+from emulation.netfilter.flowcache import Deps, rule_deps
 from emulation.netfilter.matches import Match
 from emulation.netfilter.targets import Target
 
@@ -59,6 +60,15 @@ class Rule:
     line: int = field(default=0, compare=False)
     counters: tuple[int, int] = field(default=(0, 0), compare=False)
     uid: int = field(default_factory=new_uid, compare=False)
+    _deps: Deps | bool = field(default=False, compare=False, repr=False, init=False)  # False: not yet
+
+    def deps(self) -> Deps:
+        """What its matches read, for the flow cache (:func:`~emulation.netfilter.flowcache.rule_deps`)."""
+        d = self._deps
+        if d is False:
+            d = rule_deps(self)
+            object.__setattr__(self, "_deps", d)
+        return d  # type: ignore[return-value]
 
     def spec(self) -> str:
         """The rule without ``-A CHAIN``, canonical, as iptables-save prints it."""

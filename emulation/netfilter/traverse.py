@@ -64,10 +64,13 @@ def _walk_indexed(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | Non
     if depth > MAX_DEPTH:
         raise NetfilterError(f"chain nesting deeper than {MAX_DEPTH} at {table.name}/{chain.name}: a loop?")
     compiled = chain._compiled
-    if compiled is None and len(chain.rules) < MIN_INDEXED and not chain._seen:
+    if compiled is None and len(chain.rules) < MIN_INDEXED and (not chain._seen or not ctx.compile_short):
         # A short chain's first visit walks it as written (compiling costs about as much as
         # one walk, and at 10,000 Services most chains are met once); the next one compiles.
-        object.__setattr__(chain, "_seen", True)
+        # A new flow's walk with the flow cache on never compiles one: its path is replayed
+        # from then on, and compiled chains only add work for the garbage collector.
+        if ctx.compile_short:
+            object.__setattr__(chain, "_seen", True)
         return _walk(ctx, table, chain, depth, _walk_indexed)
     if compiled is None:
         compiled = chain.compiled()
@@ -79,7 +82,7 @@ def _walk_indexed(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | Non
     if rec is not None and compiled.index is not None and compiled.index.kind == "dport":
         rec.read(flowcache.DPORT)
     for uid, test, code, arg, deps in seq:
-        if rec is not None:
+        if rec is not None and deps is not flowcache.NOTHING:
             rec.rule(deps)
         if test is not None:
             res = test(ctx)
@@ -137,7 +140,9 @@ def _walk(
         rule = rules[i]
         uid = rule.uid
         if rec is not None:
-            rec.rule(flowcache.rule_deps(rule))
+            deps = rule.deps()
+            if deps is not flowcache.NOTHING:
+                rec.rule(deps)
         res: bool | None = True
         for m in rule.basic:
             res = m.test(ctx, uid)
