@@ -332,7 +332,7 @@ class Netns:
         ctx.oracle = recording
         result = path.run()
         ctx.rec = None
-        if rec.done and not ctx.uncertain:
+        if rec.done:  # an unknown match or target stopped the recording before it was met
             if flows.full(len(rec.segments)):
                 flows.fold(self._counters)
                 flows.clear()
@@ -418,8 +418,9 @@ class Netns:
         else:
             final = unchecked_replace(
                 packet,
-                src=packet.src if s.src_text is None else s.src_text,
-                dst=packet.dst if s.dst_text is None else s.dst_text,
+                # As _done: an address the path wrote back unchanged keeps the packet's text.
+                src=packet.src if new_src == src else s.src_text,  # type: ignore[arg-type]
+                dst=packet.dst if new_dst == dst else s.dst_text,  # type: ignore[arg-type]
                 sport=new_sport,
                 dport=new_dport,
                 mark=s.mark,

@@ -52,8 +52,11 @@ class _Probe:
 async def _populate(api: FakeApiServer, services: int, endpoints_per_slice: int) -> None:
     for i in range(services):
         api.apply(service(f"svc-{i}", _ip(96, i)))
-        api.apply(endpoint_slice(f"svc-{i}", [_ip(100 + k, i) for k in range(endpoints_per_slice)], 8080,
-                                 name=f"svc-{i}-x"))
+        api.apply(
+            endpoint_slice(
+                f"svc-{i}", [_ip(100 + k, i) for k in range(endpoints_per_slice)], 8080, name=f"svc-{i}-x"
+            )
+        )
 
 
 async def latency(services: int, changes: int, min_sync_s: float, spacing_s: float) -> list[float]:
@@ -118,12 +121,16 @@ async def main() -> None:
     args = parser.parse_args()
     for min_sync in args.min_sync_period:
         got = await latency(args.services, args.changes, min_sync, args.spacing_ms / 1000)
-        print(f"min-sync-period {min_sync:g} s, {args.services} Services, {len(got)}/{args.changes} changes: "
-              f"p50 {statistics.median(got) * 1000:.0f} ms, p99 {_pct(got, 0.99) * 1000:.0f} ms, "
-              f"max {max(got) * 1000:.0f} ms")
+        print(
+            f"min-sync-period {min_sync:g} s, {args.services} Services, {len(got)}/{args.changes} changes: "
+            f"p50 {statistics.median(got) * 1000:.0f} ms, p99 {_pct(got, 0.99) * 1000:.0f} ms, "
+            f"max {max(got) * 1000:.0f} ms"
+        )
     held = await memory(1000, 10)
-    print(f"memory: {held / 2**20:.1f} MiB for 1,000 Services and 10,000 endpoints "
-          f"({held / 1000 / 1024:.1f} KiB per Service)")
+    print(
+        f"memory: {held / 2**20:.1f} MiB for 1,000 Services and 10,000 endpoints "
+        f"({held / 1000 / 1024:.1f} KiB per Service)"
+    )
 
 
 if __name__ == "__main__":

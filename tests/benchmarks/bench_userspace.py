@@ -247,8 +247,13 @@ async def latency(addr: tuple[str, int], seconds: float) -> tuple[float, float]:
 class Target:
     """A relay under test: its echo and sink addresses, and how to stop it."""
 
-    def __init__(self, name: str, echo: tuple[str, int], sink: tuple[str, int],
-                 procs: list[subprocess.Popen[bytes]] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        echo: tuple[str, int],
+        sink: tuple[str, int],
+        procs: list[subprocess.Popen[bytes]] | None = None,
+    ) -> None:
         self.name = name
         self.echo = echo
         self.sink = sink
@@ -266,8 +271,9 @@ class Target:
 
 
 def start_kproxy(echo: int, sink: int) -> Target:
-    proc = subprocess.Popen([sys.executable, "-c", KPROXY, BACKEND_IP, str(echo), str(sink)],
-                            stdout=subprocess.PIPE, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KPROXY, BACKEND_IP, str(echo), str(sink)], stdout=subprocess.PIPE, cwd=REPO
+    )
     assert proc.stdout is not None
     table = json.loads(proc.stdout.readline())
     e_host, _, e_port = table["bench/echo"].rpartition(":")
@@ -279,10 +285,18 @@ def start_socat(echo: int, sink: int) -> Target | None:
     if shutil.which("socat") is None:
         return None
     fronts = [_free_port(), _free_port()]
-    procs = [subprocess.Popen(["socat", "-b", "65536",
-                               f"TCP-LISTEN:{front},bind=127.0.0.1,fork,reuseaddr,backlog=4096",
-                               f"TCP:{BACKEND_IP}:{port},nodelay"])
-             for front, port in zip(fronts, (echo, sink), strict=True)]
+    procs = [
+        subprocess.Popen(
+            [
+                "socat",
+                "-b",
+                "65536",
+                f"TCP-LISTEN:{front},bind=127.0.0.1,fork,reuseaddr,backlog=4096",
+                f"TCP:{BACKEND_IP}:{port},nodelay",
+            ]
+        )
+        for front, port in zip(fronts, (echo, sink), strict=True)
+    ]
     for f in fronts:
         _wait_listening(f)
     return Target("socat", ("127.0.0.1", fronts[0]), ("127.0.0.1", fronts[1]), procs)
