@@ -55,8 +55,14 @@ def _dynamic(ns: Netns) -> tuple[object, dict[int, int]]:
 
 
 @settings(max_examples=80, deadline=None)
-@given(case=_families(), seed=st.integers(min_value=0, max_value=2**32 - 1), step=st.sampled_from([0.0, 0.5, 7.0]))
-def test_replayed_flows_equal_walked_flows(case: tuple[KubeRuleset, list[Packet]], seed: int, step: float) -> None:
+@given(
+    case=_families(),
+    seed=st.integers(min_value=0, max_value=2**32 - 1),
+    step=st.sampled_from([0.0, 0.5, 7.0]),
+)
+def test_replayed_flows_equal_walked_flows(
+    case: tuple[KubeRuleset, list[Packet]], seed: int, step: float
+) -> None:
     """Cache on or off: the same outcomes, counters, conntrack, ``recent``/``nth`` state and draws."""
     rules, packets = case
     clock = ManualClock()
@@ -169,7 +175,9 @@ def test_a_full_cache_is_emptied_and_refilled() -> None:
     assert cached._flows is not None
     cached._flows.limit = 3
     for i in range(200):
-        p = pkt(src=f"10.0.{i % 4}.{i % 9 + 1}", dst="172.30.0.41", dport=80, sport=2 + i, in_interface="cni0")
+        p = pkt(
+            src=f"10.0.{i % 4}.{i % 9 + 1}", dst="172.30.0.41", dport=80, sport=2 + i, in_interface="cni0"
+        )
         assert cached.send(p, rng_a) == walked.send(p, rng_b)
         assert cached._flows.segments <= 3
     assert cached.save(counters=True) == walked.save(counters=True)
@@ -179,7 +187,9 @@ def test_a_stateful_rule_sends_its_packets_down_the_walk() -> None:
     """``recent`` (here: session affinity) is state; its packets are walked and stay exact."""
     first = '-A KUBE-SVC-AAA -m comment --comment "ns1/svc1:p80 -> 10.0.1.1:8080"'
     affinity = _ONE_SERVICE.replace(
-        first, f"-A KUBE-SVC-AAA -m recent --name KUBE-SEP-1 --rcheck --seconds 10800 --reap -j KUBE-SEP-1\n{first}", 1
+        first,
+        f"-A KUBE-SVC-AAA -m recent --name KUBE-SEP-1 --rcheck --seconds 10800 --reap -j KUBE-SEP-1\n{first}",
+        1,
     )
     assert affinity != _ONE_SERVICE
     cached = Netns(make_node(), ManualClock(), ruleset=load(affinity))
@@ -190,3 +200,19 @@ def test_a_stateful_rule_sends_its_packets_down_the_walk() -> None:
         p = pkt(dst="172.30.0.41", dport=80, sport=10 + i)
         assert cached.send(p, rng_a) == walked.send(p, rng_b)
     assert cached.save(counters=True) == walked.save(counters=True)
+
+
+def test_an_address_written_back_unchanged_keeps_the_packets_text() -> None:
+    """MASQUERADE to the address the packet already has: the walk keeps the packet's own text
+    (here IPv6 in capitals), and so must a replay (it wrote the canonical text once)."""
+    rules = "*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o eth0 -j MASQUERADE\nCOMMIT\n"
+    cached = Netns(make_node(), ManualClock(), ruleset=load(rules, version=6))
+    walked = Netns(make_node(), ManualClock(), ruleset=load(rules, version=6))
+    walked.cache_flows = False
+    rng = random.Random(1)
+    for sport in range(1, 6):
+        p = Packet(src="2001:DB8::1", dst="2001:db8::99", sport=sport, dport=80)
+        a, b = cached.send(p, rng), walked.send(p, rng)
+        assert a == b
+        assert a.packet.src == "2001:DB8::1"
+    assert cached.flow_cache is not None and cached.flow_cache.recorded == 1
