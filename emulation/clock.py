@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -25,7 +26,13 @@ class ManualClock:
         return self.time_s
 
     def advance(self, seconds: float) -> None:
-        """Move time forward by ``seconds`` (must not be negative)."""
+        """Move time forward by ``seconds`` (a finite number, not negative).
+
+        Raises:
+            ValueError: ``seconds`` is negative, infinite or NaN.
+        """
+        if not math.isfinite(seconds):
+            raise ValueError(f"time can only advance by a finite number of seconds: {seconds=}")
         if seconds < 0:
             raise ValueError(f"time cannot go backwards: {seconds=}")
         self.time_s += seconds

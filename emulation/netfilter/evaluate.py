@@ -174,8 +174,20 @@ class Netns:
     def restore(
         self, text: str, *, noflush: bool = False, strict: bool = False, counters: bool = False
     ) -> None:
-        """``iptables-restore``: atomic; on :class:`NetfilterError` nothing changes."""
-        self.ruleset = apply_restore(self.ruleset, text, noflush=noflush, strict=strict, counters=counters)
+        """``iptables-restore``: atomic; on :class:`NetfilterError` nothing changes.
+
+        Without ``noflush`` each table in ``text`` is replaced whole, so its built-in chains'
+        policy counters restart from what ``text`` declares (``[0:0]`` unless ``counters``),
+        as the kernel's do; the packets counted live so far in them are dropped.
+        """
+        old = self.ruleset
+        new = apply_restore(old, text, noflush=noflush, strict=strict, counters=counters)
+        if not noflush:
+            live = self.counters.policies
+            for table, chain in list(live):
+                if new.tables.get(table) is not old.tables.get(table):
+                    del live[(table, chain)]
+        self.ruleset = new
 
     def save(self, *, counters: bool = False) -> str:
         """``iptables-save [-c]`` of the current state, with live counters."""
@@ -184,7 +196,12 @@ class Netns:
     # --- packets -------------------------------------------------------------------------------
 
     def send(self, packet: Packet, rng: random.Random, *, trace: bool = False) -> Outcome:
-        """Evaluate one packet, sampling random matches from ``rng``, and commit its effects."""
+        """Evaluate one packet, sampling random matches from ``rng``, and commit its effects.
+
+        Raises:
+            ValueError: the packet's family is not the rules' (``ruleset.version``), or its
+                ``in_interface`` is not one of the node's.
+        """
         rand = rng.random
         outcome, effects, commit = self._evaluate(packet, lambda p: rand() < p, trace)
         if isinstance(effects, list):  # replayed from the flow cache: count its segments
@@ -255,6 +272,11 @@ class Netns:
         it replayed) and what to commit to conntrack."""
         version, src = parse_address(packet.src)
         _, dst = parse_address(packet.dst)
+        if version != self.ruleset.version:
+            raise ValueError(
+                f"an IPv{version} packet sent to IPv{self.ruleset.version} rules: a Netns holds one family's "
+                f"rules (iptables or ip6tables); use one Netns per family"
+            )
         node = self.node
         flows = self._flows
         iif = packet.in_interface
@@ -621,6 +643,8 @@ class _Path:
             v = run_chain(ctx, table, chain)
             if tname == "nat" and self.orig is not None and (ctx.dst, ctx.dport) != before:
                 ctx.ct_dnat = True
+                if ctx.ct_reply is not None:
+                    ctx.ct_reply = (ctx.dst, ctx.dport, ctx.ct_reply[2], ctx.ct_reply[3])
             if v != "ACCEPT":
                 return v
         return "ACCEPT"
@@ -648,6 +672,9 @@ class _Path:
             self.orig = key
             ctx.ctstate = "NEW"
             ctx.ct_orig = (ctx.src, ctx.sport, ctx.dst, ctx.dport)
+            # The reply tuple exists from here on (init_conntrack: the inverse of the
+            # original); NAT rewrites it when it decides (nf_conntrack_alter_reply).
+            ctx.ct_reply = (ctx.dst, ctx.dport, ctx.src, ctx.sport)
             return
         entry, is_reply = found
         self.entry = entry
@@ -688,6 +715,8 @@ class _Path:
             ctx.rec.op(flowcache.SNAT, (device, nexthop, chosen))
         if (addr, port) != (ctx.src, ctx.sport):
             ctx.ct_snat = True
+            if ctx.ct_reply is not None:
+                ctx.ct_reply = (ctx.ct_reply[0], ctx.ct_reply[1], addr, port)
         ctx.src, ctx.sport = addr, port
         return True
 
