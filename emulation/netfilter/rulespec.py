@@ -109,12 +109,12 @@ class _Plan:
     """The routing of one rule shape: word positions for every value.
 
     ``basic`` is ``(kind, position, negated)`` in s, d, i, o, p order; ``modules`` is
-    ``(name, known, options)`` in order; ``target`` the position of the name after
+    ``(name, known, options, unmodelled option or "")`` in order; ``target`` the position of the name after
     ``-j``/``-g`` (or ``None``).
     """
 
     basic: tuple[tuple[str, int, bool], ...]
-    modules: tuple[tuple[str, bool, tuple[_PlanOpt, ...]], ...]
+    modules: tuple[tuple[str, bool, tuple[_PlanOpt, ...], str], ...]
     target: int | None
     goto: bool
     target_opts: tuple[_PlanOpt, ...]
@@ -142,6 +142,7 @@ class _Module:
     name: str
     known: bool
     opts: list[_PlanOpt]
+    unmodelled: str = ""  # an option of a modelled module that the model does not know
 
 
 def _route(words: Sequence[str]) -> _Plan:
@@ -215,6 +216,12 @@ def _route(words: Sequence[str]) -> _Plan:
                 mod = _Module(proto, True, [])
                 modules.append(mod)
                 dest, nargs = mod.opts, MODULES[proto].options[w]
+        if dest is None and modules and modules[-1].known and w.startswith("--"):
+            # An option of the last module that the model does not know (conntrack's
+            # --ctstatus, say): the whole match becomes unknown (strict mode refuses it).
+            mod = modules[-1]
+            mod.known, mod.unmodelled = False, w
+            dest, nargs = mod.opts, -1
         if dest is None:
             raise NetfilterError(f"unknown option {w!r}")
         if nargs < 0:  # unmodelled: take the following plain words as values
@@ -236,7 +243,7 @@ def _route(words: Sequence[str]) -> _Plan:
         raise NetfilterError("'!' at the end of the rule negates nothing")
     return _Plan(
         basic=tuple((k, basic[k][0], basic[k][1]) for k in ("s", "d", "i", "o", "p") if k in basic),
-        modules=tuple((m.name, m.known, tuple(m.opts)) for m in modules),
+        modules=tuple((m.name, m.known, tuple(m.opts), m.unmodelled) for m in modules),
         target=target_pos,
         goto=goto,
         target_opts=tuple(target_opts),
@@ -324,10 +331,12 @@ def parse_rule(
         _plans[shape] = plan
     basic = tuple([_basic_match(k, words[pos], neg, version) for k, pos, neg in plan.basic])
     matches: list[Match] = []
-    for name, known, popts in plan.modules:
+    for name, known, popts, unmodelled in plan.modules:
         opts = _values(words, popts)
         if known:
             matches.append(_module(name, opts, version))
+        elif strict and unmodelled:
+            raise NetfilterError(f"option {unmodelled!r} of match {name!r} is not modelled (strict mode)")
         elif strict:
             raise NetfilterError(f"match module {name!r} is not modelled (strict mode)")
         else:

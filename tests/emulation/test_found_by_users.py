@@ -87,3 +87,21 @@ def test_a_packet_of_the_other_family_is_refused() -> None:
         ns.send(pkt(), random.Random(1))
     with pytest.raises(ValueError, match="one family"):
         ns.enumerate(pkt())
+
+
+def test_an_unmodelled_option_of_a_modelled_match_makes_the_match_unknown() -> None:
+    """A real dump with ``-m conntrack --ctstatus`` loads (the match is unknown, as unmodelled
+    modules are) instead of failing the whole dump; strict mode names the option."""
+    from emulation.errors import NetfilterError
+    from emulation.netfilter.matches import UnknownMatch
+
+    dump = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -m conntrack --ctstate NEW --ctstatus DNAT -j DROP\n-A INPUT -p udp -j ACCEPT\nCOMMIT\n"
+    ruleset = load(dump)
+    rule = ruleset.rules()[0][1]
+    assert isinstance(rule.matches[0], UnknownMatch) and rule.matches[0].name == "conntrack"
+    ns = Netns(make_node(), ManualClock(), ruleset=ruleset)
+    out = ns.send(pkt(dst="192.168.0.2", dport=53, protocol="udp"), random.Random(1), trace=True)
+    assert out.uncertain and out.verdict == "ACCEPT"
+    assert any(step.result == "unknown" for step in out.trace)
+    with pytest.raises(NetfilterError, match="--ctstatus"):
+        load(dump, strict=True)
