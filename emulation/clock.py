@@ -21,6 +21,10 @@ class ManualClock:
 
     time_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.time_s):
+            raise ValueError(f"a clock starts at a finite time: time_s={self.time_s}")
+
     def now(self) -> float:
         """The current time in seconds."""
         return self.time_s
@@ -31,7 +35,7 @@ class ManualClock:
         Raises:
             ValueError: ``seconds`` is negative, infinite or NaN.
         """
-        if not math.isfinite(seconds):
+        if isinstance(seconds, bool) or not math.isfinite(seconds):
             raise ValueError(f"time can only advance by a finite number of seconds: {seconds=}")
         if seconds < 0:
             raise ValueError(f"time cannot go backwards: {seconds=}")

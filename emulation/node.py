@@ -95,7 +95,11 @@ class Route:
     """A route: ``destination`` CIDR or ``"default"``, out ``device``, optional gateway ``via``.
 
     ``kind`` may be ``unicast`` (default), ``blackhole``, ``unreachable`` or ``prohibit``.
-    ``version`` chooses the family of a ``default`` route.
+    ``version`` chooses the family of a ``default`` route; an IPv6 ``destination`` or ``via``
+    makes it 6 by itself.
+
+    Raises:
+        ValueError: ``version=6`` with an IPv4 destination or gateway, or families mixed.
     """
 
     destination: str
@@ -103,6 +107,19 @@ class Route:
     via: str | None = None
     kind: Literal["unicast", "blackhole", "unreachable", "prohibit"] = "unicast"
     version: int = 4
+
+    def __post_init__(self) -> None:
+        families = set()
+        if self.destination != "default":
+            families.add(parse_cidr(self.destination).version)
+        if self.via:
+            families.add(parse_address(self.via)[0])
+        if len(families) > 1:
+            raise ValueError(f"route to {self.destination} via {self.via}: IPv4 and IPv6 mixed")
+        if families and families != {self.version}:
+            if self.version == 6:
+                raise ValueError(f"route to {self.destination} via {self.via} is IPv4, not version=6")
+            object.__setattr__(self, "version", 6)
 
     def cidr(self) -> Cidr:
         """The destination prefix (``default`` is ``0.0.0.0/0`` or ``::/0``)."""

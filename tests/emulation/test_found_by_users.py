@@ -105,3 +105,42 @@ def test_an_unmodelled_option_of_a_modelled_match_makes_the_match_unknown() -> N
     assert any(step.result == "unknown" for step in out.trace)
     with pytest.raises(NetfilterError, match="--ctstatus"):
         load(dump, strict=True)
+
+
+def test_a_conntrack_address_of_the_other_family_is_refused_and_a_host_prints_bare() -> None:
+    """iptables refuses ``--ctorigsrc fd00::1`` in an IPv4 rule (it would silently never match,
+    and ``!`` of it would match everything), and saves a host as ``10.0.0.2``, not ``/32``."""
+    from emulation.errors import NetfilterError
+
+    rule = "-A FORWARD -m conntrack ! --ctorigsrc {} -j DROP"
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    with pytest.raises(NetfilterError, match="not an IPv4 address"):
+        load(head + rule.format("fd00::1") + "\nCOMMIT\n")
+    with pytest.raises(NetfilterError, match="not an IPv6 address"):
+        load(head + rule.format("10.0.0.2") + "\nCOMMIT\n", version=6)
+    saved = Netns(
+        make_node(), ManualClock(), ruleset=load(head + rule.format("10.0.0.2") + "\nCOMMIT\n")
+    ).save()
+    assert "! --ctorigsrc 10.0.0.2 -j DROP" in saved
+
+
+def test_a_clock_cannot_start_at_nan_or_infinity() -> None:
+    for bad in (math.nan, math.inf):
+        with pytest.raises(ValueError):
+            ManualClock(bad)
+    with pytest.raises(ValueError):
+        ManualClock().advance(True)
+
+
+def test_an_ipv6_route_is_an_ipv6_route() -> None:
+    """``Route(destination="default", via="fd00::1")`` was an IPv4 route: every IPv6 packet
+    was then unreachable."""
+    from emulation.node import Route
+
+    assert Route(destination="default", device="eth0", via="fd00::1").version == 6
+    assert Route(destination="fd00::/8", device="eth0").version == 6
+    assert Route(destination="default", device="eth0", via="192.168.0.1").version == 4
+    with pytest.raises(ValueError):
+        Route(destination="10.0.0.0/8", device="eth0", version=6)
+    with pytest.raises(ValueError):
+        Route(destination="10.0.0.0/8", device="eth0", via="fd00::1")

@@ -230,7 +230,11 @@ def _conntrack(opts: list[Opt], version: int) -> Match:
             if name.endswith("port"):
                 parse_port_range(value)
             else:
-                value = str(parse_cidr(value))
+                cidr = parse_cidr(value)
+                if cidr.version != version:
+                    raise NetfilterError(f"{name} {value!r} is not an IPv{version} address or prefix")
+                # iptables-save prints a host without /32 (/128)
+                value = str(cidr).rpartition("/")[0] if cidr.is_host else str(cidr)
             checks.append((name, o[1], value))
     ctdir = _one(opts, "--ctdir")
     if ctdir is not None and ctdir[2] not in ("ORIGINAL", "REPLY"):
