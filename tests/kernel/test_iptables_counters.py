@@ -20,7 +20,15 @@ from emulation import Packet
 from emulation.netfilter import Netns
 from kproxy.modes.iptables import IptablesRenderer
 from tests.conftest import require_kernel
-from tests.kernel.harness import PROBE_BYTES, REPLY_BYTES, Probe, Topology, topology
+from tests.kernel.harness import (
+    PROBE_BYTES,
+    REPLY_BYTES,
+    CounterKey,
+    Probe,
+    Topology,
+    parse_counters,
+    topology,
+)
 from tests.unit.kernel.scenarios import (
     CONFIGS,
     EXTERNAL,
@@ -41,16 +49,16 @@ pytestmark = pytest.mark.kernel
 _UDP_HEADERS = 28
 #: (source key, source ip, destination, port, first source port, datagrams).
 FLOWS = [
-    ("pod", POD_CLIENT, "172.30.0.41", 81, 41000, 3),     # ClusterIP, one endpoint
-    ("node", NODE_IP, "172.30.0.41", 81, 42000, 2),       # ClusterIP from the node (masqueraded)
-    ("external", EXTERNAL, NODE_IP, 30003, 43000, 4),     # NodePort, two endpoints (random)
+    ("pod", POD_CLIENT, "172.30.0.41", 81, 41000, 3),  # ClusterIP, one endpoint
+    ("node", NODE_IP, "172.30.0.41", 81, 42000, 2),  # ClusterIP from the node (masqueraded)
+    ("external", EXTERNAL, NODE_IP, 30003, 43000, 4),  # NodePort, two endpoints (random)
     ("localhost", "127.0.0.1", "127.0.0.1", 30003, 44000, 2),  # localhost NodePort
-    ("pod", POD_CLIENT, NODE_IP, 30003, 45000, 2),        # NodePort from a pod
+    ("pod", POD_CLIENT, NODE_IP, 30003, 45000, 2),  # NodePort from a pod
 ]
 _NS = {"pod": "pc", "node": "node", "localhost": "node", "external": "client"}
 _LINK = {PA: "vp1", PB: "vp2", REMOTE: "eth1", POD_CLIENT: "vp3", EXTERNAL: "eth0"}
 
-Key = tuple[str, str, int]  # (table, chain, rule index; 0 for the policy)
+Key = CounterKey  # (table, chain, rule index; 0 for the policy)
 
 
 @pytest.fixture
@@ -78,46 +86,45 @@ def _replay(netns: Netns, packet: Packet, rng: random.Random, unstable: set[Key]
     return netns.send(packet, rng).packet
 
 
-def _parse(save: str) -> dict[Key, tuple[int, int]]:
-    out: dict[Key, tuple[int, int]] = {}
-    table, index = "", {}
-    for line in save.splitlines():
-        if line.startswith("*"):
-            table, index = line[1:], {}
-        elif line.startswith(":"):
-            name, policy, counters = line[1:].split()
-            if policy != "-":
-                p, b = counters.strip("[]").split(":")
-                out[(table, name, 0)] = (int(p), int(b))
-        elif line.startswith("["):
-            counters, _, chain = line.split()[:3]
-            index[chain] = index.get(chain, 0) + 1
-            p, b = counters.strip("[]").split(":")
-            out[(table, chain, index[chain])] = (int(p), int(b))
-    return out
-
-
 def _run(node: Topology) -> tuple[dict[Key, tuple[int, int]], dict[Key, tuple[int, int]], set[Key]]:
     """Send :data:`FLOWS` for real and in the emulator: (kernel, emulator, unstable keys)."""
     config = CONFIGS["detect"]
     result = IptablesRenderer(config).render(snapshot_of(cluster(), hostname=NODE), full=True)
     asyncio.run(node.kernel.apply(result))
-    answers = node.probe([Probe(ns=_NS[k], src=src, dst=dst, port=port, proto="udp", count=n, sport=sport,
-                                timeout_s=2.0) for k, src, dst, port, sport, n in FLOWS])
+    answers = node.probe(
+        [
+            Probe(ns=_NS[k], src=src, dst=dst, port=port, proto="udp", count=n, sport=sport, timeout_s=2.0)
+            for k, src, dst, port, sport, n in FLOWS
+        ]
+    )
     assert all(a.kind == "ACCEPT" for flow in answers for a in flow), answers
-    real = _parse(asyncio.run(node.kernel.save(counters=True)))
+    real = parse_counters(asyncio.run(node.kernel.save(counters=True)))
 
     emulator = load_emulator(config)
     rng, unstable = random.Random(0), set()
     for key, src, dst, port, sport, n in FLOWS:
         for i in range(n):
-            sent = Packet(src=src, dst=dst, sport=sport + i, dport=port, protocol="udp",
-                          in_interface=IN_INTERFACE[key], length=_UDP_HEADERS + PROBE_BYTES)
+            sent = Packet(
+                src=src,
+                dst=dst,
+                sport=sport + i,
+                dport=port,
+                protocol="udp",
+                in_interface=IN_INTERFACE[key],
+                length=_UDP_HEADERS + PROBE_BYTES,
+            )
             out = _replay(emulator, sent, rng, unstable)
-            answer = Packet(src=out.dst, dst=out.src, sport=out.dport, dport=out.sport, protocol="udp",
-                            in_interface=_LINK[out.dst], length=_UDP_HEADERS + REPLY_BYTES)
+            answer = Packet(
+                src=out.dst,
+                dst=out.src,
+                sport=out.dport,
+                dport=out.sport,
+                protocol="udp",
+                in_interface=_LINK[out.dst],
+                length=_UDP_HEADERS + REPLY_BYTES,
+            )
             _replay(emulator, answer, rng, unstable)
-    return real, _parse(emulator.save(counters=True)), unstable
+    return real, parse_counters(emulator.save(counters=True)), unstable
 
 
 def test_rule_counters_match_the_kernel(node: Topology) -> None:
@@ -130,10 +137,14 @@ def test_rule_counters_match_the_kernel(node: Topology) -> None:
     assert not diff, diff
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "emulator gap: with iptables-nft, a built-in chain created implicitly by `iptables -I` (as "
-    "kube-proxy's EnsureRule does) has no policy counter and iptables-save -c shows [0:0]; the "
-    "emulator counts every policy"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "emulator gap: with iptables-nft, a built-in chain created implicitly by `iptables -I` (as "
+        "kube-proxy's EnsureRule does) has no policy counter and iptables-save -c shows [0:0]; the "
+        "emulator counts every policy"
+    ),
+)
 def test_policy_counters_match_the_kernel(node: Topology) -> None:
     """Built-in chain policy counters of iptables-save -c equal the emulator's."""
     real, predicted, unstable = _run(node)
