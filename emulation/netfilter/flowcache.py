@@ -12,8 +12,9 @@ untraced; established flows, traced packets and enumerate's trace go the slow wa
 *What a path depends on.* Always: the input interface, IP version, protocol, the TCP SYN flag,
 the input mark and the destination address (the chain indexes and the routing decision read
 it). Besides those, each rule tested on the path adds what its matches read
-(:func:`rule_deps`): the source address up to the longest prefix tested (``-s 10.0.0.0/8``
-reads 8 bits; ``-m addrtype --src-type`` all of them), the source port, the destination port.
+(:func:`rule_deps`): the source address up to the bits that decide each prefix test (all of
+a prefix the source is inside; up to the first differing bit of one it is not, as OVS's prefix
+tracking; all bits for ``-m addrtype --src-type``), the source port, the destination port.
 A value a target changed on the way (DNAT's address, MARK's mark) is a function of the fields
 already keyed and of the path, so a later test of it adds nothing new. A rule whose result can
 depend on anything else (``recent`` lists and ``nth`` counters, ipsets, an unknown match or
@@ -21,15 +22,19 @@ target) makes the path *uncacheable* from that rule on: packets that reach it al
 slow path.
 
 *Random draws.* A ``statistic --mode random`` match asks the oracle; the path branches there.
-The cache is a tree: a :class:`Segment` holds what happens up to the next draw (matched rule
+The cache is a tree: a :class:`Segment` holds what happens before its first draw (matched rule
 uids, chain policies met, and the ordered effects to redo: target ``apply`` calls, the conntrack
-decision, source NAT), then either ends (the verdict) or branches on the draw into two child
-:class:`FlowSet` s keyed again, since a branch may test more fields. Replaying a packet draws
-from the same oracle at the same points, so the random stream, counters (each matched rule
-counted once per packet, as in the walk), conntrack entries and outcome are exactly those of the
-walk (an equivalence property in ``tests/emulation`` checks this on random rulesets). A branch
-not yet explored is recorded by running the slow path with the draws already made replayed
-first, and grafted into the tree.
+decision, source NAT), then either the path's end or a ladder of draws (kube-proxy's endpoint
+choice: ``1/n``, then ``1/(n-1)`` ... while they come out False), each draw leading, when True,
+to the next segment or to a :class:`FlowSet` keyed again (a branch may test more fields).
+Replaying a packet draws from the same oracle at the same points, so the random stream,
+counters (each matched rule counted once per packet, as in the walk), conntrack entries and
+outcome are exactly those of the walk (an equivalence property in ``tests/emulation`` checks
+this on random rulesets). The outcome of a replayed path comes from its :class:`Summary`,
+made once by redoing the path's effects on a probe. A branch not yet explored is recorded by
+running the slow path with the draws already made replayed first, and grafted into the tree;
+paths are recorded from a destination's second packet on (most first packets of a cold start
+are never followed by another like them).
 
 The cache belongs to one ruleset and one node (:class:`Netns` starts a new one when either is
 replaced) and holds at most ``limit`` segments; when full it is emptied (as a flow table is
