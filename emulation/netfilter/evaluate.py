@@ -103,6 +103,40 @@ class Outcome:
 _make_outcome = maker(Outcome)
 
 
+def _delivered(
+    packet: Packet,
+    version: int,
+    src: int,
+    dst: int,
+    new_src: int,
+    new_dst: int,
+    sport: int,
+    dport: int,
+    mark: int,
+    device: str | None,
+) -> Packet:
+    """The packet as delivered or sent: ``packet`` itself when nothing changed; an address
+    that ends as it began keeps the packet's own text (say, IPv6 in capitals)."""
+    if (
+        new_src == src
+        and new_dst == dst
+        and sport == packet.sport
+        and dport == packet.dport
+        and mark == packet.mark
+        and device == packet.out_interface
+    ):
+        return packet
+    return unchecked_replace(
+        packet,
+        src=packet.src if new_src == src else format_address(version, new_src),
+        dst=packet.dst if new_dst == dst else format_address(version, new_dst),
+        sport=sport,
+        dport=dport,
+        mark=mark,
+        out_interface=device,
+    )
+
+
 class _Chooser:
     """The oracle for statistic matches in enumerate mode: replays a prefix of choices."""
 
@@ -413,8 +447,6 @@ class Netns:
             sport=written(probe.sport, _MARK_SPORT),
             dst=dst,
             dport=written(probe.dport, _MARK_DPORT),
-            src_text=None if src is None else format_address(version, src),
-            dst_text=None if dst is None else format_address(version, dst),
         )
 
     def _replayed(
@@ -428,26 +460,7 @@ class Netns:
         new_sport = sport if s.sport is None else s.sport
         new_dport = dport if s.dport is None else s.dport
         device = s.device
-        if (
-            new_src == src
-            and new_dst == dst
-            and new_sport == sport
-            and new_dport == dport
-            and s.mark == packet.mark
-            and device == packet.out_interface
-        ):
-            final = packet
-        else:
-            final = unchecked_replace(
-                packet,
-                # As _done: an address the path wrote back unchanged keeps the packet's text.
-                src=packet.src if new_src == src else s.src_text,  # type: ignore[arg-type]
-                dst=packet.dst if new_dst == dst else s.dst_text,  # type: ignore[arg-type]
-                sport=new_sport,
-                dport=new_dport,
-                mark=s.mark,
-                out_interface=device,
-            )
+        final = _delivered(packet, version, src, dst, new_src, new_dst, new_sport, new_dport, s.mark, device)
         outcome = _make_outcome(
             s.verdict,
             s.delivery,
@@ -523,7 +536,7 @@ class _Path:
         self.known_new = False  # the flow cache found no conntrack entry for it already
 
     def replay(self, seg: Segment) -> None:
-        """Redo the effects of a recorded segment in order (its counts are added by ``send``)."""
+        """Redo the effects of a recorded segment in order (for :meth:`Netns._summarize`)."""
         ctx = self.ctx
         for code, arg in seg.ops:
             if code == flowcache.APPLY:
@@ -731,25 +744,9 @@ class _Path:
         if ctx.rec is not None:
             ctx.rec.end(verdict, delivery, device, reason)
         orig_src, orig_dst = self.orig_src, self.orig_dst
-        if (
-            ctx.src == orig_src
-            and ctx.dst == orig_dst
-            and ctx.sport == p.sport
-            and ctx.dport == p.dport
-            and ctx.mark == p.mark
-            and device == p.out_interface
-        ):
-            final = p
-        else:
-            final = unchecked_replace(
-                p,
-                src=p.src if ctx.src == orig_src else format_address(ctx.version, ctx.src),
-                dst=p.dst if ctx.dst == orig_dst else format_address(ctx.version, ctx.dst),
-                sport=ctx.sport,
-                dport=ctx.dport,
-                mark=ctx.mark,
-                out_interface=device,
-            )
+        final = _delivered(
+            p, ctx.version, orig_src, orig_dst, ctx.src, ctx.dst, ctx.sport, ctx.dport, ctx.mark, device
+        )
         outcome = Outcome(
             verdict=verdict,
             delivery=delivery,

@@ -194,7 +194,7 @@ class Summary:
     """What one recorded path does to every packet that takes it.
 
     ``src``, ``sport``, ``dst``, ``dport``: the value the path wrote, or ``None`` when the
-    packet keeps its own (``*_text``: the written address as text). ``mark`` and ``ctmark``
+    packet keeps its own. ``mark`` and ``ctmark``
     are final values (the input mark is keyed). ``track``: the flow is confirmed in conntrack.
     The rest is the :class:`~emulation.netfilter.Outcome`'s.
     """
@@ -212,8 +212,6 @@ class Summary:
     sport: int | None
     dst: int | None
     dport: int | None
-    src_text: str | None
-    dst_text: str | None
 
 
 class Segment:
