@@ -111,6 +111,7 @@ class ConntrackTable:
         # Rows by the length of the timeout they were given, in expiry order (see _sweep).
         self._queues: dict[float, deque[_Row]] = {}
         self._due = float("inf")  # no queue's front expires before this
+        self._last: tuple[float, deque[_Row]] = (float("nan"), deque())  # the last queue used, by length
 
     def lookup(self, key: FlowKey) -> tuple[ConntrackEntry, bool] | None:
         """The live entry with ``key`` as its original or reply tuple, and whether it is the reply."""
@@ -145,43 +146,65 @@ class ConntrackTable:
             self._remove(old)
         by_key[original] = row
         by_key[reply] = row
+        now = self.clock.now()
         if old is None:  # a refreshed entry keeps its flow's place (see _sweep)
-            self._enqueue(row)
-        if self._due <= self.clock.now():
-            self._sweep()
+            self._enqueue(row, now)
+        if self._due <= now:
+            self._sweep(now)
 
-    def _enqueue(self, row: _Row) -> None:
+    def _enqueue(self, row: _Row, now: float) -> None:
         expires = row[3]
-        length = round(expires - self.clock.now(), 3)  # one queue per timeout, rounding aside
-        queue = self._queues.get(length)
-        if queue is None:
-            queue = self._queues[length] = deque()
+        length = expires - now
+        if abs(length - self._last[0]) < 0.0005:  # most entries get the last one's timeout
+            queue = self._last[1]
+        else:
+            length = round(length, 3)  # one queue per timeout, rounding aside
+            found = self._queues.get(length)
+            if found is None:
+                found = self._queues[length] = deque()
+            queue = found
+            self._last = (length, queue)
         queue.append(row)
         if expires < self._due:
             self._due = expires
 
-    def _sweep(self) -> None:
+    def _sweep(self, now: float) -> None:
         """Remove up to :data:`SWEEP_PER_CONFIRM` expired entries from the queues' fronts.
 
         An entry refreshed since it was queued goes to the back of the queue of its new
         timeout; one already gone (deleted, replaced, expired at a lookup) is dropped.
         """
-        now = self.clock.now()
+        by_key = self._by_key
         budget = SWEEP_PER_CONFIRM
-        for queue in list(self._queues.values()):
-            while queue and queue[0][3] <= now and budget:
+        requeue: list[_Row] = []
+        due = float("inf")
+        for queue in self._queues.values():
+            while queue and budget:
+                row = queue[0]
+                if row[3] > now:
+                    break
+                queue.popleft()
                 budget -= 1
-                row = queue.popleft()
-                current = self._by_key.get(row[0])
-                if current is None or current[0] != row[0]:
+                # Pop first, put back if it was not this flow's entry: one hash per key
+                # (a tuple's hash is computed anew each time, from cold memory here).
+                original = row[0]
+                current = by_key.pop(original, None)
+                if current is None:
                     continue  # already gone
-                if current[3] <= now:
-                    self._remove(current)
-                else:
-                    self._enqueue(current)
-            if not budget:
-                return  # more may be due: the next confirmation goes on
-        self._due = min((q[0][3] for q in self._queues.values() if q), default=float("inf"))
+                if current[0] != original or current[3] > now:
+                    by_key[original] = current  # another flow's reply tuple, or refreshed
+                    if current[0] == original:
+                        requeue.append(current)
+                    continue
+                reply = current[1]
+                other = by_key.pop(reply, None)
+                if other is not current and other is not None:
+                    by_key[reply] = other
+            if queue and queue[0][3] < due:
+                due = queue[0][3]
+        self._due = due if budget else now  # out of budget: more may be due
+        for row in requeue:
+            self._enqueue(row, now)
 
     def refresh(self, entry: ConntrackEntry, *, reply: bool, mark: int) -> ConntrackEntry:
         """Account a packet of an existing entry: reply seen, new timeout, new ctmark.

@@ -114,9 +114,12 @@ def _delivered(
     dport: int,
     mark: int,
     device: str | None,
+    src_text: str | None = None,
+    dst_text: str | None = None,
 ) -> Packet:
     """The packet as delivered or sent: ``packet`` itself when nothing changed; an address
-    that ends as it began keeps the packet's own text (say, IPv6 in capitals)."""
+    that ends as it began keeps the packet's own text (say, IPv6 in capitals). ``src_text``
+    and ``dst_text``, when given, are the texts of ``new_src`` and ``new_dst``."""
     if (
         new_src == src
         and new_dst == dst
@@ -128,8 +131,8 @@ def _delivered(
         return packet
     return unchecked_replace(
         packet,
-        src=packet.src if new_src == src else format_address(version, new_src),
-        dst=packet.dst if new_dst == dst else format_address(version, new_dst),
+        src=packet.src if new_src == src else src_text or format_address(version, new_src),
+        dst=packet.dst if new_dst == dst else dst_text or format_address(version, new_dst),
         sport=sport,
         dport=dport,
         mark=mark,
@@ -237,7 +240,7 @@ class Netns:
                 ``in_interface`` is not one of the node's.
         """
         rand = rng.random
-        outcome, effects, commit = self._evaluate(packet, lambda p: rand() < p, trace)
+        outcome, effects, commit = self._evaluate(packet, lambda p: rand() < p, trace, rand)
         if isinstance(effects, list):  # replayed from the flow cache: count its segments
             nbytes = packet.length
             dirty = self._flows.dirty  # type: ignore[union-attr]
@@ -301,9 +304,11 @@ class Netns:
         packet: Packet,
         oracle: Callable[[float], bool],
         tracing: bool,
+        rand: Callable[[], float] | None = None,
     ) -> tuple[Outcome, Ctx | list[Segment], Callable[[], None] | None]:
         """One packet's outcome, what to count (the walk's context, or the flow cache segments
-        it replayed) and what to commit to conntrack."""
+        it replayed) and what to commit to conntrack. ``rand``, in sample mode, is the random
+        source behind ``oracle`` (a draw of probability ``p`` is ``rand() < p``)."""
         version, src = parse_address(packet.src)
         _, dst = parse_address(packet.dst)
         if version != self.ruleset.version:
@@ -330,9 +335,9 @@ class Netns:
                 flows.fold(self._counters)
             flows = self._flows = FlowCache(self.ruleset, node)
         base = (packet.in_interface, version, proto, packet.syn, packet.mark, dst)
-        root = flows.root(base)
+        root = flows.roots.get(base)
         seg: Segment | None = root.find(src, sport, dport) if root is not None else None
-        taken: list[bool] = []
+        exits: list[int] = []  # per ladder passed: the draw that came out True, or ~len(ps)
         replayed: list[Segment] = []
         while seg is not None:
             if not seg.cacheable:
@@ -347,18 +352,38 @@ class Netns:
                     summary = seg.summary = self._summarize(packet, version, seg.recorded)
                     seg.recorded = None
                 return self._replayed(packet, version, src, dst, summary, replayed)
-            ps = seg.ps
-            for i in range(len(ps)):
-                if oracle(ps[i]):
-                    taken.append(True)
-                    child = seg.kids[i]
-                    break
-                taken.append(False)
+            child: FlowSet | Segment | None
+            i = 0
+            if rand is not None:  # sample mode: the oracle's own test, without its call
+                for p in seg.ps:
+                    if rand() < p:
+                        child = seg.kids[i]
+                        exits.append(i)
+                        break
+                    i += 1
+                else:
+                    child = seg.tail
+                    exits.append(~i)
             else:
-                child = seg.tail
+                for p in seg.ps:
+                    if oracle(p):
+                        child = seg.kids[i]
+                        exits.append(i)
+                        break
+                    i += 1
+                else:
+                    child = seg.tail
+                    exits.append(~i)
             seg = child.find(src, sport, dport) if type(child) is FlowSet else child  # type: ignore[assignment]
         # Not recorded yet (or uncacheable from here): walk it, redoing the draws already made.
-        if taken:
+        if exits:
+            taken: list[bool] = []
+            for i in exits:
+                if i < 0:  # every draw of that ladder came out False
+                    taken += [False] * ~i
+                else:
+                    taken += [False] * i
+                    taken.append(True)
             made = iter(taken)
 
             def resumed(p: float) -> bool:
@@ -447,6 +472,8 @@ class Netns:
             sport=written(probe.sport, _MARK_SPORT),
             dst=dst,
             dport=written(probe.dport, _MARK_DPORT),
+            src_text=None if src is None else format_address(version, src),
+            dst_text=None if dst is None else format_address(version, dst),
         )
 
     def _replayed(
@@ -460,7 +487,11 @@ class Netns:
         new_sport = sport if s.sport is None else s.sport
         new_dport = dport if s.dport is None else s.dport
         device = s.device
-        final = _delivered(packet, version, src, dst, new_src, new_dst, new_sport, new_dport, s.mark, device)
+        final = _delivered(
+            packet, version, src, dst, new_src, new_dst, new_sport, new_dport, s.mark, device,
+            s.src_text,
+            s.dst_text,
+        )
         outcome = _make_outcome(
             s.verdict,
             s.delivery,

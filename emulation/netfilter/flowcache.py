@@ -194,7 +194,8 @@ class Summary:
     """What one recorded path does to every packet that takes it.
 
     ``src``, ``sport``, ``dst``, ``dport``: the value the path wrote, or ``None`` when the
-    packet keeps its own. ``mark`` and ``ctmark``
+    packet keeps its own; ``src_text``, ``dst_text``: the written addresses' texts (made once,
+    not per packet). ``mark`` and ``ctmark``
     are final values (the input mark is keyed). ``track``: the flow is confirmed in conntrack.
     The rest is the :class:`~emulation.netfilter.Outcome`'s.
     """
@@ -212,6 +213,8 @@ class Summary:
     sport: int | None
     dst: int | None
     dport: int | None
+    src_text: str | None = None
+    dst_text: str | None = None
 
 
 class Segment:
@@ -285,28 +288,38 @@ class FlowSet:
     """Segments keyed by the source prefix and ports their paths read (one table per mask).
 
     ``find(src, sport, dport)`` tries each mask in the order first seen, as OVS's subtables:
-    a packet's key under a mask is ``(src >> shift, sport or 0, dport or 0)``.
+    a packet's key under a mask is ``(src >> shift, sport or 0, dport or 0)``, or ``src >> shift``
+    alone for a mask that reads no port.
     """
 
     __slots__ = ("masks",)
 
     def __init__(self) -> None:
-        self.masks: list[tuple[int, int, dict[tuple[int, int, int], Segment]]] = []
+        self.masks: list[tuple[int, int, dict[object, Segment]]] = []
 
     def find(self, src: int, sport: int, dport: int) -> Segment | None:
         """The segment for a packet with these input fields, or ``None``."""
         for shift, flags, table in self.masks:
-            seg = table.get((src >> shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0))
+            seg = table.get(
+                (src >> shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0)
+                if flags
+                else src >> shift
+            )
             if seg is not None:
                 return seg
         return None
 
-    def insert(self, shift: int, flags: int, key: tuple[int, int, int], seg: Segment) -> Segment:
-        """The segment under ``(shift, flags)`` and ``key``; ``seg`` is stored there when none is."""
+    def insert(self, shift: int, flags: int, src: int, sport: int, dport: int, seg: Segment) -> Segment:
+        """The segment under ``(shift, flags)`` for these input fields; ``seg`` is stored there
+        when none is. A table keyed on the source alone takes ``src >> shift`` as its key (no
+        tuple to build and hash per packet); one that reads ports, the tuple."""
         table = next((t for s, f, t in self.masks if s == shift and f == flags), None)
         if table is None:
             table = {}
             self.masks.append((shift, flags, table))
+        key: object = src >> shift
+        if flags:
+            key = (src >> shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0)
         return table.setdefault(key, seg)
 
 
@@ -553,8 +566,7 @@ class FlowCache:
         for i, (bits, flags, seg, exit_) in enumerate(rec.segments):
             if isinstance(at, FlowSet):
                 shift = width - min(bits, width)
-                key = (src >> shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0)
-                made = at.insert(shift, flags, key, seg)
+                made = at.insert(shift, flags, src, sport, dport, seg)
             else:
                 made = at
             if made is seg:

@@ -38,3 +38,56 @@ def test_a_refreshed_entry_is_not_swept_at_its_first_expiry() -> None:
         table.confirm(_entry(i, clock.now()))
     found = table.lookup(first.original)
     assert found is not None and found[0].seen_reply
+
+
+def test_sweeping_matches_a_naive_table_under_mixed_timeouts_and_shared_tuples() -> None:
+    """Interleaved TCP/UDP/SCTP entries, refreshes, and flows whose original tuple is another
+    flow's reply tuple: every lookup agrees with a table that never sweeps, and memory stays
+    bounded by the live entries (a regression test for the one-hash-per-key sweep)."""
+    import random
+
+    rng = random.Random(7)
+    clock = ManualClock()
+    table = ConntrackTable(clock)
+    naive: dict[tuple[int, int, int, int, int, str], ConntrackEntry] = {}  # by both tuples
+    keys: list[tuple[int, int, int, int, int, str]] = []
+    for step in range(6000):
+        proto = rng.choice(("tcp", "udp", "sctp"))
+        a, b = rng.randrange(40), rng.randrange(40)
+        original = (4, 0x0A000000 + a, 1000 + b, 0x0A000100 + b, 80, proto)
+        reply = (4, 0x0A000100 + b, 80, 0x0A000000 + a, 1000 + b, proto)
+        roll = rng.random()
+        if roll < 0.1:  # a flow whose original tuple is an existing flow's reply
+            reply, original = original, reply
+        elif roll < 0.2:  # two flows translated to one reply tuple (a NAT clash)
+            original = (4, 0x0A000200 + a, 2000 + b, 0x0A000100 + b, 80, proto)
+        now = clock.now()
+        if rng.random() < 0.2 and keys:
+            found = table.lookup(rng.choice(keys))
+            if found is not None:
+                updated = table.refresh(found[0], reply=True, mark=step)
+                for k in (updated.original, updated.reply):
+                    naive[k] = updated
+        else:
+            entry = ConntrackEntry(
+                original=original, reply=reply, created_s=now, expires_s=now + timeout_s(proto, False, 0)
+            )
+            old = naive.get(original)
+            if old is not None and old.original == original:
+                for k in (old.original, old.reply):
+                    if naive.get(k) is old:
+                        del naive[k]
+            table.confirm(entry)
+            naive[original] = naive[reply] = entry
+            keys.append(original)
+        clock.advance(rng.choice((0.01, 0.5, 3.0)))
+        probe = rng.choice(keys)
+        want = naive.get(probe)
+        got = table.lookup(probe)
+        if want is None or want.expires_s <= clock.now():
+            assert got is None
+        else:
+            assert got is not None and got[0] == want
+    live = {id(e): e for e in naive.values() if e.expires_s > clock.now()}
+    assert {e.original for e in table.entries()} == {e.original for e in live.values()}
+    assert len(table._by_key) <= 2 * len(live) + 64
