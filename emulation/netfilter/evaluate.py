@@ -257,15 +257,11 @@ class Netns:
         rules, nbytes = counters.rules, ctx.length
         for uid in ctx.hits:
             c = rules.get(uid)
-            if c is None:
-                rules[uid] = [1, nbytes]
-            else:
-                c[0] += 1
-                c[1] += nbytes
+            rules[uid] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
+        policies = counters.policies
         for tname, cname, nbytes in ctx.policy_hits:
-            c = counters.policies.setdefault((tname, cname), [0, 0])
-            c[0] += 1
-            c[1] += nbytes
+            c = policies.get((tname, cname))
+            policies[(tname, cname)] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
         if ctx.nth_overlay:
             self.dynamic.nth.update(ctx.nth_overlay)
         if ctx.recent_overlay:
@@ -351,6 +347,7 @@ class Netns:
                         break
                     summary = seg.summary = self._summarize(packet, version, seg.recorded)
                     seg.recorded = None
+                    seg.ops = ()  # only its summary needed them (fewer objects for the collector)
                 return self._replayed(packet, version, src, dst, summary, replayed)
             child: FlowSet | Segment | None
             i = 0
@@ -421,7 +418,7 @@ class Netns:
         return result
 
     def _summarize(self, packet: Packet, version: int, segments: list[Segment]) -> Summary:
-        """What a recorded path does to any packet that takes it (see :class:`Summary`).
+        """What a recorded path does to any packet that takes it (see :data:`Summary`).
 
         The path's effects are redone on a probe whose source, destination and ports are
         markers no real packet has: a field still holding its marker at the end was left as
@@ -458,22 +455,22 @@ class Netns:
             return None if value == marker else value
 
         src, dst = written(probe.src, _MARK_SRC), written(probe.dst, _MARK_DST)
-        return Summary(
-            verdict=verdict,
-            delivery=delivery,
-            device=device,
-            reason=reason,
-            ctstate=probe.ctstate,
-            masquerade=probe.masquerade,
-            track=path.new_flow and verdict == "ACCEPT",
-            mark=probe.mark,
-            ctmark=probe.ctmark,
-            src=src,
-            sport=written(probe.sport, _MARK_SPORT),
-            dst=dst,
-            dport=written(probe.dport, _MARK_DPORT),
-            src_text=None if src is None else format_address(version, src),
-            dst_text=None if dst is None else format_address(version, dst),
+        return (
+            verdict,
+            delivery,
+            device,
+            reason,
+            probe.ctstate,
+            probe.masquerade,
+            path.new_flow and verdict == "ACCEPT",
+            probe.mark,
+            probe.ctmark,
+            src,
+            written(probe.sport, _MARK_SPORT),
+            dst,
+            written(probe.dport, _MARK_DPORT),
+            None if src is None else format_address(version, src),
+            None if dst is None else format_address(version, dst),
         )
 
     def _replayed(
@@ -481,32 +478,47 @@ class Netns:
     ) -> tuple[Outcome, list[Segment], Callable[[], None] | None]:
         """The outcome of a packet whose whole path was found in the flow cache."""
         sport, dport = packet.sport, packet.dport
-        s = summary
-        new_src = src if s.src is None else s.src
-        new_dst = dst if s.dst is None else s.dst
-        new_sport = sport if s.sport is None else s.sport
-        new_dport = dport if s.dport is None else s.dport
-        device = s.device
+        (
+            verdict,
+            delivery,
+            device,
+            reason,
+            ctstate,
+            masquerade,
+            track,
+            mark,
+            ctmark,
+            w_src,
+            w_sport,
+            w_dst,
+            w_dport,
+            src_text,
+            dst_text,
+        ) = summary
+        new_src = src if w_src is None else w_src
+        new_dst = dst if w_dst is None else w_dst
+        new_sport = sport if w_sport is None else w_sport
+        new_dport = dport if w_dport is None else w_dport
         final = _delivered(
-            packet, version, src, dst, new_src, new_dst, new_sport, new_dport, s.mark, device,
-            s.src_text,
-            s.dst_text,
+            packet, version, src, dst, new_src, new_dst, new_sport, new_dport, mark, device,
+            src_text,
+            dst_text,
         )
         outcome = _make_outcome(
-            s.verdict,
-            s.delivery,
+            verdict,
+            delivery,
             device,
             final,
-            s.ctstate,
+            ctstate,
             new_dst != dst or new_dport != dport,
             new_src != src or new_sport != sport,
-            s.masquerade,
-            s.reason,
+            masquerade,
+            reason,
             False,
             (),
         )
         commit = None
-        if s.track:
+        if track:
             proto = packet.protocol
             now = self.clock.now()
             commit = partial(
@@ -516,7 +528,7 @@ class Netns:
                 now,
                 now + timeout_s(proto, False, 0.0),
                 False,
-                s.ctmark,
+                ctmark,
             )
         return outcome, replayed, commit
 

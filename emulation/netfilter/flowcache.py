@@ -30,7 +30,7 @@ to the next segment or to a :class:`FlowSet` keyed again (a branch may test more
 Replaying a packet draws from the same oracle at the same points, so the random stream,
 counters (each matched rule counted once per packet, as in the walk), conntrack entries and
 outcome are exactly those of the walk (an equivalence property in ``tests/emulation`` checks
-this on random rulesets). The outcome of a replayed path comes from its :class:`Summary`,
+this on random rulesets). The outcome of a replayed path comes from its :data:`Summary`,
 made once by redoing the path's effects on a probe. A branch not yet explored is recorded by
 running the slow path with the draws already made replayed first, and grafted into the tree;
 paths are recorded from a destination's second packet on (most first packets of a cold start
@@ -44,10 +44,8 @@ flushed), which costs only speed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from emulation.addr import Cidr
 from emulation.netfilter.matches import (
     AddressMatch,
     AddrType,
@@ -87,8 +85,11 @@ __all__ = [
 SPORT, DPORT = 1, 2
 #: ``(source bits, flags, source prefixes)`` a rule reads: the leading bits of the source it
 #: needs whatever the prefixes, the port flags, and the ``-s`` prefixes it compares the
-#: source with (see :meth:`Recorder.rule`). ``None``: its result depends on state.
-Deps = tuple[int, int, tuple[Cidr, ...]] | None
+#: source with as ``(version, network, prefix length)`` (see :meth:`Recorder.rule`).
+#: ``None``: its result depends on state. Only numbers inside, so the garbage collector
+#: stops tracking these tuples (rules made after a load are not frozen; see Summary).
+Prefix = tuple[int, int, int]
+Deps = tuple[int, int, tuple[Prefix, ...]] | None
 _ALL_BITS = 128  # "every bit of the source" for either family (clamped per family)
 
 #: Effects redone in order on replay: a target's apply, the conntrack decision, source NAT,
@@ -110,7 +111,8 @@ _WHOLE_TUPLE: Deps = (_ALL_BITS, SPORT | DPORT, ())
 
 def _address(m: Match) -> Deps:
     assert isinstance(m, AddressMatch)
-    return (0, 0, (m.cidr,)) if m.side == "s" and m.cidr.prefix else NOTHING
+    c = m.cidr
+    return (0, 0, ((c.version, c.network, c.prefix),)) if m.side == "s" and c.prefix else NOTHING
 
 
 def _ports(m: Match) -> Deps:
@@ -189,32 +191,21 @@ def rule_deps(rule: Rule) -> Deps:
     return out
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Summary:
-    """What one recorded path does to every packet that takes it.
-
-    ``src``, ``sport``, ``dst``, ``dport``: the value the path wrote, or ``None`` when the
-    packet keeps its own; ``src_text``, ``dst_text``: the written addresses' texts (made once,
-    not per packet). ``mark`` and ``ctmark``
-    are final values (the input mark is keyed). ``track``: the flow is confirmed in conntrack.
-    The rest is the :class:`~emulation.netfilter.Outcome`'s.
-    """
-
-    verdict: str
-    delivery: str
-    device: str | None
-    reason: str
-    ctstate: str
-    masquerade: bool
-    track: bool
-    mark: int
-    ctmark: int
-    src: int | None
-    sport: int | None
-    dst: int | None
-    dport: int | None
-    src_text: str | None = None
-    dst_text: str | None = None
+#: What one recorded path does to every packet that takes it: ``(verdict, delivery, device,
+#: reason, ctstate, masquerade, track, mark, ctmark, src, sport, dst, dport, src_text,
+#: dst_text)``. ``src``, ``sport``, ``dst``, ``dport``: the value the path wrote, or ``None``
+#: when the packet keeps its own; ``src_text``, ``dst_text``: the written addresses' texts
+#: (made once, not per packet). ``mark`` and ``ctmark`` are final values (the input mark is
+#: keyed). ``track``: the flow is confirmed in conntrack. The rest is the
+#: :class:`~emulation.netfilter.Outcome`'s.
+#:
+#: A plain tuple rather than a frozen dataclass (or a named tuple, which CPython never
+#: untracks): a tuple of numbers and text leaves the cyclic garbage collector's lists, and a
+#: cache of 100,000 paths otherwise made every full collection walk 100,000 more objects.
+Summary = tuple[
+    str, str, "str | None", str, str, bool, bool, int, int,
+    "int | None", "int | None", "int | None", "int | None", "str | None", "str | None",
+]
 
 
 class Segment:
@@ -267,15 +258,17 @@ class Segment:
         ops: tuple[Op, ...],
         *,
         end: tuple[str, str, str | None, str] | None = None,
-        ps: list[float] | None = None,
+        ps: tuple[float, ...] = (),
         cacheable: bool = True,
     ) -> None:
         self.hits = hits
         self.policies = policies
         self.ops = ops
         self.end = end
-        self.ps: list[float] = ps or []
-        self.kids: list[FlowSet | Segment | None] = [None] * len(self.ps)
+        # A tuple, and no list of kids on a segment without draws (most are path ends): fewer
+        # objects for the garbage collector to walk (see Summary).
+        self.ps = ps
+        self.kids: list[FlowSet | Segment | None] | tuple[()] = [None] * len(ps) if ps else ()
         self.tail: FlowSet | Segment | None = None
         self.cacheable = cacheable
         self.counts = bool(hits or policies)
@@ -292,14 +285,35 @@ class FlowSet:
     alone for a mask that reads no port.
     """
 
-    __slots__ = ("masks",)
+    __slots__ = ("flags", "more", "shift", "table")
 
     def __init__(self) -> None:
-        self.masks: list[tuple[int, int, dict[object, Segment]]] = []
+        # The first mask's table inline (the common case has only one: fewer objects to
+        # reach per packet), then the others as ``(shift, flags, table)``.
+        self.shift = self.flags = 0
+        self.table: dict[object, Segment] | None = None
+        self.more: list[tuple[int, int, dict[object, Segment]]] = []
+
+    @property
+    def masks(self) -> list[tuple[int, int, dict[object, Segment]]]:
+        """Every ``(shift, flags, table)``, in the order first seen."""
+        first = [] if self.table is None else [(self.shift, self.flags, self.table)]
+        return first + self.more
 
     def find(self, src: int, sport: int, dport: int) -> Segment | None:
         """The segment for a packet with these input fields, or ``None``."""
-        for shift, flags, table in self.masks:
+        table = self.table
+        if table is None:
+            return None
+        flags = self.flags
+        seg = table.get(
+            (src >> self.shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0)
+            if flags
+            else src >> self.shift
+        )
+        if seg is not None or not self.more:
+            return seg
+        for shift, flags, table in self.more:
             seg = table.get(
                 (src >> shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0)
                 if flags
@@ -316,7 +330,10 @@ class FlowSet:
         table = next((t for s, f, t in self.masks if s == shift and f == flags), None)
         if table is None:
             table = {}
-            self.masks.append((shift, flags, table))
+            if self.table is None:
+                self.shift, self.flags, self.table = shift, flags, table
+            else:
+                self.more.append((shift, flags, table))
         key: object = src >> shift
         if flags:
             key = (src >> shift, sport if flags & SPORT else 0, dport if flags & DPORT else 0)
@@ -381,9 +398,9 @@ class Recorder:
             if deps[0] > self.bits:
                 self.bits = deps[0]
             self.flags |= deps[1]
-            for cidr in deps[2]:
-                if cidr.version == self.ctx.version:
-                    self._compare(cidr.network, cidr.prefix)
+            for version, network, prefix in deps[2]:
+                if version == self.ctx.version:
+                    self._compare(network, prefix)
 
     def _compare(self, network: int, prefix: int) -> None:
         need = prefix
@@ -429,7 +446,7 @@ class Recorder:
     def _close(self, exit_: int) -> None:
         assert self.body is not None
         hits, policies, ops = self.body
-        seg = Segment(hits, policies, ops, ps=self.rungs)
+        seg = Segment(hits, policies, ops, ps=tuple(self.rungs))
         self.segments.append((self.at_draw[0], self.at_draw[1], seg, exit_))
         self.rungs, self.body = [], None
 
@@ -484,7 +501,18 @@ class FlowCache:
         segments: segments held now; recorded: paths recorded since it was made.
     """
 
-    __slots__ = ("dirty", "interfaces", "limit", "node", "recorded", "roots", "ruleset", "seen", "segments")
+    __slots__ = (
+        "_floats",
+        "dirty",
+        "interfaces",
+        "limit",
+        "node",
+        "recorded",
+        "roots",
+        "ruleset",
+        "seen",
+        "segments",
+    )
 
     def __init__(self, ruleset: object, node: object, *, limit: int = 1 << 18) -> None:
         self.ruleset = ruleset
@@ -500,6 +528,7 @@ class FlowCache:
         self.recorded = 0
         #: Segments with packets not yet folded into the counters.
         self.dirty: list[Segment] = []
+        self._floats: dict[float, float] = {}
 
     def fold(self, counters: Counters) -> None:
         """Add the packets replayed since the last fold to ``counters`` (rules and policies).
@@ -512,15 +541,10 @@ class FlowCache:
             n, b = seg.packets, seg.bytes
             for uid in seg.hits:
                 c = rules.get(uid)
-                if c is None:
-                    rules[uid] = [n, b]
-                else:
-                    c[0] += n
-                    c[1] += b
+                rules[uid] = (n, b) if c is None else (c[0] + n, c[1] + b)
             for key in seg.policies:
-                c = policies.setdefault(key, [0, 0])
-                c[0] += n
-                c[1] += b
+                c = policies.get(key)
+                policies[key] = (n, b) if c is None else (c[0] + n, c[1] + b)
             seg.packets = seg.bytes = 0
         self.dirty.clear()
 
@@ -544,6 +568,11 @@ class FlowCache:
             return False
         self.seen.add(base)
         return True
+
+    def _canonical(self, p: float) -> float:
+        """One float object per probability value: kube-proxy's ladders repeat the same few
+        (1/n ... 1/2) in every Service, and shared objects stay in the CPU cache."""
+        return self._floats.setdefault(p, p)
 
     def root(self, base: BaseKey) -> FlowSet | None:
         """The flows recorded for packets with this base key."""
@@ -571,9 +600,10 @@ class FlowCache:
                 made = at
             if made is seg:
                 self.segments += 1
+                seg.ps = tuple(self._canonical(p) for p in seg.ps)
             elif len(seg.ps) > len(made.ps):  # this path went further down the ladder
-                made.kids += [None] * (len(seg.ps) - len(made.ps))
-                made.ps += seg.ps[len(made.ps) :]
+                made.kids = [*made.kids, *[None] * (len(seg.ps) - len(made.ps))]
+                made.ps += tuple(self._canonical(p) for p in seg.ps[len(made.ps) :])
             if exit_ is None:
                 if made.end is not None and made.summary is None and made.recorded is None:
                     made.recorded = [s for _, _, s, _ in rec.segments]
@@ -586,6 +616,6 @@ class FlowCache:
                 if exit_ == TAIL:
                     made.tail = child
                 else:
-                    made.kids[exit_] = child
+                    made.kids[exit_] = child  # type: ignore[index]
             at = child
         return None

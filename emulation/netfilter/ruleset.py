@@ -27,11 +27,14 @@ __all__ = ["Counters", "apply_restore", "load", "save"]
 class Counters:
     """Live packet/byte counters: per rule uid, and per ``(table, chain)`` policy.
 
-    They add to the counters a rule or chain was restored with (``[p:b]``).
+    They add to the counters a rule or chain was restored with (``[p:b]``). Each value is a
+    ``(packets, bytes)`` tuple, replaced on update: a tuple of numbers leaves the cyclic
+    garbage collector's lists where a list would stay (200,000 counted rules made each full
+    collection walk 200,000 more objects).
     """
 
-    rules: dict[int, list[int]] = field(default_factory=dict)
-    policies: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    rules: dict[int, tuple[int, int]] = field(default_factory=dict)
+    policies: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
 
     def rule(self, rule: Rule) -> tuple[int, int]:
         """``(packets, bytes)`` of a rule."""
