@@ -75,9 +75,9 @@ class Packet:
         dv, _ = parse_address(self.dst)
         if sv != dv:
             raise ValueError(f"src={self.src!r} and dst={self.dst!r} are of different IP families")
-        for name, port in (("sport", self.sport), ("dport", self.dport)):
-            if not 0 <= port <= 65535:
-                raise ValueError(f"{name}={port} is not a port (0..65535)")
+        if not (0 <= self.sport <= 65535 and 0 <= self.dport <= 65535):
+            name, port = ("sport", self.sport) if not 0 <= self.sport <= 65535 else ("dport", self.dport)
+            raise ValueError(f"{name}={port} is not a port (0..65535)")
         if not 0 <= self.mark <= 0xFFFFFFFF:
             raise ValueError(f"mark={self.mark:#x} is not a 32-bit value")
         if self.length <= 0:

@@ -327,7 +327,10 @@ class FlowSet:
         """The segment under ``(shift, flags)`` for these input fields; ``seg`` is stored there
         when none is. A table keyed on the source alone takes ``src >> shift`` as its key (no
         tuple to build and hash per packet); one that reads ports, the tuple."""
-        table = next((t for s, f, t in self.masks if s == shift and f == flags), None)
+        if self.table is not None and self.shift == shift and self.flags == flags:
+            table: dict[object, Segment] | None = self.table
+        else:
+            table = next((t for s, f, t in self.more if s == shift and f == flags), None)
         if table is None:
             table = {}
             if self.table is None:
