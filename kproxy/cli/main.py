@@ -68,7 +68,8 @@ def build_parser() -> argparse.ArgumentParser:
     ipt.add_argument("--masquerade-all", action="store_true", default=None,
                      help="masquerade all traffic sent to ClusterIPs (default: --config's, else off)")
     ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
-                     help="addresses NodePorts accept on (default: every local address)")
+                     help="addresses NodePorts accept on: CIDRs (IP/32 for one address) or primary "
+                          "(default: every local address)")
     ipt.add_argument("--iptables-masquerade-bit", type=int, default=None, metavar="BIT",
                      help="the fwmark bit that marks packets for masquerade (default --config's, else 14)")
     ipt.add_argument("--iptables-localhost-nodeports", type=_boolean, default=None, metavar="BOOL",
@@ -145,12 +146,16 @@ def _warn_ignored(mode: str, given: Sequence[str]) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from kproxy.config.flags import build_source, merge_config, node_facts, node_watch, observability_options
+    from kproxy.config.kubeproxy import check_nodeport_addresses
     from kproxy.daemon import UserspaceOptions, serve
     from kproxy.sources.kube import default_hostname
 
     userspace_given = _given(args, _USERSPACE_ONLY)
     iptables_given = _given(args, _IPTABLES_ONLY)
     merge_config(args)  # also settles --proxy-mode (the flag, else --config's mode, else userspace)
+    if args.nodeport_addresses is not None:  # kube-proxy validates it whatever the mode
+        check_nodeport_addresses([p for p in args.nodeport_addresses.split(",") if p.strip()],
+                                 name="--nodeport-addresses")
     _warn_ignored(args.proxy_mode, iptables_given if args.proxy_mode == "userspace" else userspace_given)
     if args.loopback_block is None:
         args.loopback_block = "127.0.0.0/8"

@@ -3,6 +3,8 @@
 Also the flags ``render`` and ``trace`` share (the cluster, the node and kube-proxy's iptables
 settings) and their conversion into a Snapshot and an
 :class:`~kproxy.modes.iptables.IptablesConfig`. No logic beyond that: the renderer does the work.
+ipvs-only flags given to the iptables mode are accepted and ignored, as kube-proxy does, with one
+warning line on stderr naming them.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import socket
 import sys
 from typing import TYPE_CHECKING
 
+from kproxy.config.kubeproxy import check_nodeport_addresses
 from kproxy.errors import ConfigError
 from kproxy.model import EndpointSlice, IPFamily, NodeConfig, Service, Snapshot, build_snapshot
 from kproxy.modes.iptables import IptablesConfig, render_full
-from kproxy.modes.ipvs import IpvsConfig
+from kproxy.modes.ipvs import DEFAULT_SCHEDULER, IpvsConfig
 
 #: How ``render --proxy-mode ipvs`` heads each of its three sections (``# ==> TITLE``).
 IPVS_SECTION_PREFIX = "# ==> "
@@ -27,7 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IPVS_SECTION_PREFIX", "add_cluster_flags", "add_parser", "config_from_args", "family_of_args",
-    "iptables_run_options", "ipvs_config_from_args", "run", "snapshot_from_args",
+    "iptables_run_options", "ipvs_config_from_args", "ipvs_only_flags_given", "nodeport_addresses", "run",
+    "snapshot_from_args", "warn_unused_ipvs_flags",
 ]
 
 
@@ -50,16 +54,48 @@ def add_cluster_flags(parser: argparse.ArgumentParser, *, manifests_required: bo
     ipt.add_argument("--masquerade-all", action="store_true",
                      help="masquerade all traffic to ClusterIPs")
     ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
-                     help="addresses NodePorts answer on (default: every local address)")
+                     help="addresses NodePorts answer on: CIDRs (IP/32 for one address) or primary "
+                          "(default: every local address)")
     ipt.add_argument("--iptables-masquerade-bit", type=int, default=14, metavar="BIT",
                      help="the fwmark bit marking packets for SNAT (default 14: 0x00004000)")
-    ipt.add_argument("--ipvs-scheduler", default="rr", metavar="NAME",
-                     help="ipvs mode: the IPVS scheduler (rr, wrr, lc, wlc, sed, nq, fo, ovf, sh, dh, mh; "
-                          "default rr)")
+    ipvs = parser.add_argument_group("ipvs mode (ignored with a warning in iptables mode)")
+    ipvs.add_argument("--ipvs-scheduler", default=None, metavar="NAME",
+                      help="the IPVS scheduler (rr, wrr, lc, wlc, sed, nq, fo, ovf, sh, dh, mh; default rr)")
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip()) if text else ()
+
+
+def nodeport_addresses(text: str | None) -> tuple[str, ...]:
+    """``--nodeport-addresses``: CIDRs, or ``primary`` alone (kube-proxy's validation).
+
+    Raises:
+        ConfigError: naming the flag and the bad value (a bare IP is not taken as ``/32``).
+    """
+    return check_nodeport_addresses(_csv(text), name="--nodeport-addresses")
+
+
+#: Flags only the ipvs mode uses: (flag, attribute). The iptables group's flags are all used by
+#: the ipvs mode too (kube-proxy's ipvs proxier masquerades with the same mark and detector).
+_IPVS_ONLY = (("--ipvs-scheduler", "ipvs_scheduler"), ("--connections", "connections"))
+
+
+def ipvs_only_flags_given(args: argparse.Namespace) -> list[str]:
+    """The ipvs-only flags given on the command line (their parser default is None)."""
+    return [flag for flag, attr in _IPVS_ONLY if getattr(args, attr, None) is not None]
+
+
+def warn_unused_ipvs_flags(args: argparse.Namespace) -> None:
+    """Warn on stderr, in one line, about ipvs-only flags given to the iptables mode.
+
+    kube-proxy accepts and ignores them too, so this is a warning, never an error.
+    """
+    given = ipvs_only_flags_given(args)
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        print(f"kproxy: warning: {' and '.join(given)} only {verb} to --proxy-mode ipvs; "
+              "ignored in iptables mode", file=sys.stderr)
 
 
 #: Configuration fields and the flags that set them, for error messages.
@@ -116,7 +152,7 @@ def config_from_args(args: argparse.Namespace, family: IPFamily) -> IptablesConf
         cluster_cidr=_cluster_cidrs(args.cluster_cidr),
         masquerade_all=bool(args.masquerade_all),
         masquerade_bit=args.iptables_masquerade_bit,
-        nodeport_addresses=_csv(args.nodeport_addresses),
+        nodeport_addresses=nodeport_addresses(args.nodeport_addresses),
     )
 
 
@@ -129,7 +165,8 @@ def ipvs_config_from_args(args: argparse.Namespace, family: IPFamily) -> IpvsCon
     base = config_from_args(args, family)
     return IpvsConfig(family=family, node_ips=base.node_ips, cluster_cidr=base.cluster_cidr,
                       masquerade_all=base.masquerade_all, masquerade_bit=base.masquerade_bit,
-                      nodeport_addresses=base.nodeport_addresses, scheduler=args.ipvs_scheduler)
+                      nodeport_addresses=base.nodeport_addresses,
+                      scheduler=args.ipvs_scheduler or DEFAULT_SCHEDULER)
 
 
 def family_of_args(args: argparse.Namespace) -> IPFamily:
@@ -192,6 +229,7 @@ def run(args: argparse.Namespace) -> int:
             ("ipvsadm-save -n", out.ipvsadm), ("ipset save", out.ipsets),
             ("iptables-restore", out.iptables))))
         return 0
+    warn_unused_ipvs_flags(args)
     config = config_from_args(args, family)
     sys.stdout.write(render_full(snapshot_from_args(args), config))
     return 0
@@ -213,7 +251,7 @@ def iptables_run_options(args: argparse.Namespace, options: UserspaceOptions) ->
         cluster_cidr=_cluster_cidrs(getattr(args, "cluster_cidr", None)),
         masquerade_all=bool(getattr(args, "masquerade_all", False)),
         masquerade_bit=getattr(args, "iptables_masquerade_bit", None) or 14,
-        nodeport_addresses=_csv(getattr(args, "nodeport_addresses", None)),
+        nodeport_addresses=nodeport_addresses(getattr(args, "nodeport_addresses", None)),
     )
     return IptablesRunOptions(config=config, kernel=args.kernel,
                               min_sync_period_s=options.min_sync_period_s,

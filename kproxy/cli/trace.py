@@ -6,7 +6,11 @@ as ``iptables-save`` or ``iptables-save -c`` prints it, other components' rules 
 leniently: a match the emulator does not model is reported as unknown, never silently taken).
 With ``--proxy-mode ipvs`` (or ``--ipvs-dump FILE [--ipset-save FILE] [--iptables-save FILE]``,
 a real node's dumps) the packet goes through an IPVS node (:mod:`kproxy.kernel.ipvs_trace`).
-The work is in :mod:`kproxy.kernel.trace`; this module only wires flags to it.
+The work is in :mod:`kproxy.kernel.trace`; this module only wires flags to it, and says which
+node address of the packet's family the trace used (``node_ips``), and whether it was the
+placeholder because no ``--node-ip`` of that family was given (``node_ip_placeholder``).
+ipvs-only flags (``--ipvs-scheduler``, ``--connections``) in iptables mode are ignored with a
+warning on stderr, as kube-proxy ignores them.
 """
 
 from __future__ import annotations
@@ -15,15 +19,23 @@ import argparse
 import ipaddress
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from emulation import ManualClock
 from emulation.errors import NetfilterError
 from emulation.netfilter import Netns, Ruleset, load
-from kproxy.cli.render import add_cluster_flags, config_from_args, ipvs_config_from_args, snapshot_from_args
+from kproxy.cli.render import (
+    add_cluster_flags,
+    config_from_args,
+    ipvs_config_from_args,
+    snapshot_from_args,
+    warn_unused_ipvs_flags,
+)
 from kproxy.errors import ConfigError, KernelError
 from kproxy.kernel.emulated import EmulatedKernel
 from kproxy.kernel.trace import (
+    EXTERNAL_INTERFACE,
     TraceResult,
     find_chain_loop,
     format_trace,
@@ -35,7 +47,7 @@ from kproxy.kernel.trace import (
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import IptablesRenderer, nfacct_counters
 
-__all__ = ["add_parser", "read_text", "run", "trace_from_args"]
+__all__ = ["add_parser", "node_addresses", "read_text", "run", "trace_from_args"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -55,9 +67,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                              "--manifests")
     parser.add_argument("--ipset-save", default=None, metavar="FILE",
                         help="with --ipvs-dump: the node's ipset save output")
-    parser.add_argument("--connections", type=int, default=1, metavar="N",
+    parser.add_argument("--connections", type=int, default=None, metavar="N",
                         help="ipvs: simulate N new connections from the source (source ports counting "
-                             "up) and report each endpoint's share (default 1)")
+                             "up) and report each endpoint's share (default 1; ignored with a warning in "
+                             "iptables mode)")
     pkt = parser.add_argument_group("packet")
     pkt.add_argument("--src", required=True, metavar="IP[:PORT]",
                      help="source; a --node-ip or loopback source is generated on the node (OUTPUT)")
@@ -114,16 +127,17 @@ def _trace_ipvs(args: argparse.Namespace, family: IPFamily) -> TraceResult:
     from kproxy.modes.ipvs import render
 
     packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
+    connections = 1 if args.connections is None else args.connections
     if args.ipvs_dump:
         text = _read(args.ipvs_dump, "--ipvs-dump")
         assert text is not None
         node, notes = node_from_dumps(text, node_ips=list(args.node_ip), version=packet.version,
                                       ipset_text=_read(args.ipset_save, "--ipset-save"),
                                       iptables_text=_read(args.iptables_save, "--iptables-save"))
-        return trace_ipvs(node, packet, connections=args.connections, notes=notes)
+        return trace_ipvs(node, packet, connections=connections, notes=notes)
     rendered = render(snapshot_from_args(args), ipvs_config_from_args(args, family))
     node = node_from_render(rendered, list(args.node_ip))
-    return trace_ipvs(node, packet, connections=args.connections, zero_builtin_lines=True)
+    return trace_ipvs(node, packet, connections=connections, zero_builtin_lines=True)
 
 
 def trace_from_args(args: argparse.Namespace) -> TraceResult:
@@ -146,6 +160,7 @@ def trace_from_args(args: argparse.Namespace) -> TraceResult:
     family = IPFamily.IPv6 if ipaddress.ip_address(dst_ip).version == 6 else IPFamily.IPv4
     if args.ipvs_dump or args.proxy_mode == "ipvs":
         return _trace_ipvs(args, family)
+    warn_unused_ipvs_flags(args)
     packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
     if args.iptables_save:
         netns = _netns_from_dump(args.iptables_save, packet.version, list(args.node_ip))
@@ -168,8 +183,40 @@ def run(args: argparse.Namespace) -> int:
         result = trace_from_args(args)
     except KernelError as err:
         raise KernelError(f"the rendered rules did not load into the emulated node: {err}") from err
+    addresses, placeholder = node_addresses(args.node_ip, result.packet.version)
     if args.json:
-        sys.stdout.write(json.dumps(result.to_json(), indent=2) + "\n")
+        out = result.to_json()
+        out.update(node_ips=list(addresses), node_ip_placeholder=placeholder)
+        sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
-        sys.stdout.write(format_trace(result))
+        first, _, rest = format_trace(result).partition("\n")
+        sys.stdout.write(f"{first}\n{_node_line(addresses, placeholder)}\n{rest}")
     return 0
+
+
+def node_addresses(node_ips: Sequence[str], version: int) -> tuple[tuple[str, ...], bool]:
+    """The node addresses of IP ``version`` the trace used, and whether they were invented.
+
+    The traced node (:func:`~kproxy.kernel.trace.trace_node`) carries the ``--node-ip``
+    addresses, loopback left out, or a TEST-NET placeholder for a family with none; MASQUERADE
+    picks it and a NodePort on it is local, so the user is told when it was made up.
+
+    Returns:
+        ``(addresses, placeholder)``: the family's addresses on ``eth0`` in order, and True when
+        that is the placeholder because no non-loopback ``--node-ip`` of the family was given.
+
+    Raises:
+        ConfigError: a ``--node-ip`` is not an IP address.
+    """
+    eth0 = next(i for i in trace_node(node_ips).interfaces if i.name == EXTERNAL_INTERFACE)
+    addresses = tuple(a.partition("/")[0] for a in eth0.addresses
+                      if ipaddress.ip_interface(a).version == version)
+    given = any(ipaddress.ip_address(ip).version == version and not ipaddress.ip_address(ip).is_loopback
+                for ip in node_ips)
+    return addresses, not given
+
+
+def _node_line(addresses: Sequence[str], placeholder: bool) -> str:
+    if placeholder:
+        return f"node address: {', '.join(addresses)} (placeholder; pass --node-ip)"
+    return f"node address{'es' if len(addresses) > 1 else ''}: {', '.join(addresses)}"

@@ -29,6 +29,7 @@ from hypothesis import seed as hypothesis_seed
 
 from emulation.errors import NetfilterError
 from emulation.netfilter import load
+from kproxy.cli.render import nodeport_addresses
 from kproxy.cli.trace import read_text
 from kproxy.errors import ConfigError, InvalidArgument, SourceError
 from kproxy.model import EndpointSlice, IPFamily, Service
@@ -63,7 +64,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                           "the first /24 (/64) of each")
     ipt.add_argument("--masquerade-all", action="store_true", help="masquerade all ClusterIP traffic")
     ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
-                     help="addresses NodePorts answer on (default: every local address)")
+                     help="addresses NodePorts answer on: CIDRs (IP/32 for one address) or primary "
+                          "(default: every local address)")
     check = parser.add_argument_group("check")
     check.add_argument("--modes", default=None, metavar="LIST",
                        help=f"modes compared, comma-separated (default {','.join(DEFAULT_MODES)}; "
@@ -131,7 +133,8 @@ def node_from_args(args: argparse.Namespace) -> NodeSpec:
     try:
         return NodeSpec(hostname=hostname, node_ips=node_ips or NodeSpec().node_ips,
                         cluster_cidrs=cidrs, local_pod_cidrs=tuple(local), masquerade_all=args.masquerade_all,
-                        nodeport_addresses=_csv(args.nodeport_addresses), families=_families(args, node_ips))
+                        nodeport_addresses=nodeport_addresses(args.nodeport_addresses),
+                        families=_families(args, node_ips))
     except InvalidArgument as err:
         raise ConfigError(f"node flags (--node-ip, --cluster-cidr): {err}") from None
 

@@ -9,7 +9,8 @@ or ``[::]:10256`` / ``[::1]:10249``) and get their port appended when it is miss
 
 Validation follows ``pkg/proxy/apis/config/validation``: positive sync periods with
 ``minSyncPeriod <= syncPeriod``, ``masqueradeBit`` in 0..31, ``oomScoreAdj`` in -1000..1000, a
-known ``mode``, IP addresses where addresses are expected. Every error is a
+known ``mode``, IP addresses where addresses are expected, CIDRs or ``primary`` alone in
+``nodePortAddresses`` (a bare IP is refused, as kube-proxy refuses it). Every error is a
 :class:`~kproxy.errors.ConfigError` naming the file and the field's JSON path.
 
 Pure apart from :func:`load_configuration`, which reads the file.
@@ -21,7 +22,7 @@ import copy
 import ipaddress
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -36,7 +37,9 @@ __all__ = [
     "API_VERSION",
     "KIND",
     "MODES",
+    "NODEPORT_ADDRESSES_PRIMARY",
     "KubeProxyConfiguration",
+    "check_nodeport_addresses",
     "default_configuration",
     "dump_configuration",
     "load_configuration",
@@ -47,6 +50,8 @@ API_VERSION = "kubeproxy.config.k8s.io/v1alpha1"
 KIND = "KubeProxyConfiguration"
 #: kube-proxy's modes (``""`` = the platform default) and kproxy's own ``userspace`` and ``ebpf``.
 MODES = ("", "iptables", "ipvs", "nftables", "kernelspace", "userspace", "ebpf")
+#: The ``nodePortAddresses`` value meaning "the node's primary IP of each family".
+NODEPORT_ADDRESSES_PRIMARY = "primary"
 
 _Leaf = tuple[str, Any]  # (type, default); default None means "no default" (zero value kept)
 
@@ -234,6 +239,56 @@ def _validate_ip(value: str, path: str, source: str) -> None:
         raise _err(source, path, f"expected an IP address (with an optional port), got {value!r}") from None
 
 
+def check_nodeport_addresses(values: Sequence[str], *, name: str) -> tuple[str, ...]:
+    """kube-proxy's rule for ``nodePortAddresses`` / ``--nodeport-addresses``: CIDRs, or ``primary`` alone.
+
+    As ``validateKubeProxyNodePortAddress`` (``pkg/proxy/apis/config/validation``): every value
+    is an address with a ``/prefix`` (host bits may be set, as Go's ``ParseCIDR`` allows), or the
+    single value ``primary``. A bare address is refused, not taken as ``/32``.
+
+    Args:
+        values: the values, already split at commas.
+        name: what an error names: the flag, or the file and field.
+
+    Returns:
+        The values, stripped of surrounding blanks.
+
+    Raises:
+        ConfigError: a value that is not a CIDR (a bare IP gets the ``/32``/``/128`` spelling
+            as the fix), or ``primary`` together with other values.
+    """
+    out = tuple(v.strip() for v in values)
+    if NODEPORT_ADDRESSES_PRIMARY in out:
+        if len(out) > 1:
+            raise ConfigError(f"{name}: {NODEPORT_ADDRESSES_PRIMARY!r} cannot be combined with CIDRs, "
+                              f"got {','.join(out)!r}; give either CIDRs or \"primary\" alone")
+        return out
+    for value in out:
+        hint = _cidr_problem(value)
+        if hint is not None:
+            raise ConfigError(f"{name}: expected CIDRs such as 192.168.0.0/24, or \"primary\"; "
+                              f"got {value!r}{hint}")
+    return out
+
+
+def _cidr_problem(value: str) -> str | None:
+    """None when ``value`` is ``ADDRESS/PREFIXLEN``, else a hint for the message (maybe ``""``)."""
+    address, slash, prefix = value.partition("/")
+    if not slash:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return ""
+        return f" (a bare address is not a CIDR: write {ip}/{ip.max_prefixlen} for this one address)"
+    if not prefix.isdigit():  # Go's ParseCIDR takes a prefix length, not a netmask
+        return " (the prefix must be a length such as /24)"
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError:
+        return ""
+    return None
+
+
 def parse_configuration(raw: Any, *, source: str = "") -> KubeProxyConfiguration:
     """Validate a decoded KubeProxyConfiguration document and apply kube-proxy's defaults.
 
@@ -266,13 +321,8 @@ def parse_configuration(raw: Any, *, source: str = "") -> KubeProxyConfiguration
         group, field = path.split(".")
         if doc[group][field] < 0:
             raise _err(source, path, f"must be >= 0, got {doc[group][field]}")
-    for cidr in doc["nodePortAddresses"]:
-        if cidr not in ("primary", "localhost", "all"):
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                raise _err(source, "nodePortAddresses",
-                           f"expected CIDRs or primary/localhost/all, got {cidr!r}") from None
+    check_nodeport_addresses(doc["nodePortAddresses"],
+                             name=f"{source}: nodePortAddresses" if source else "nodePortAddresses")
     mode_table = {"ipvs": "ipvs", "nftables": "nftables"}.get(doc["mode"], "iptables")
     sync_s = parse_duration(doc[mode_table]["syncPeriod"])
     min_s = parse_duration(doc[mode_table]["minSyncPeriod"])

@@ -55,7 +55,7 @@ def test_unknown_scheduler_is_a_usage_error(manifests: Path, capsys: pytest.Capt
 def test_trace_json_adds_the_virtual_and_real_server(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The iptables JSON contract plus virtual_server, real_server and notes."""
     out = _trace(capsys, "--manifests", str(manifests), "--proxy-mode", "ipvs", *FLAGS, "--src", "10.0.0.2", "--dst", "172.30.0.41:80")
-    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "virtual_server", "real_server", "notes"}
+    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "virtual_server", "real_server", "notes", "node_ips", "node_ip_placeholder"}
     assert out["verdict"] == "ACCEPT" and out["masquerade"] is False
     assert out["virtual_server"] == "TCP 172.30.0.41:80" and out["real_server"] == "10.180.0.1:8080"
     assert out["endpoints"] == [{"address": "10.180.0.1:8080", "probability": 1.0}]

@@ -32,7 +32,7 @@ def test_json_has_exactly_the_documented_keys(manifests: Path, capsys: pytest.Ca
     """A NodePort from outside: two endpoints at 0.5, masqueraded, a trace of rule records."""
     out = _trace(capsys, "--manifests", str(manifests), *FLAGS, "--src", "203.0.113.2", "--dst",
                  f"{NODE_IP}:30003")
-    assert set(out) == {"verdict", "endpoints", "masquerade", "trace"}
+    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "node_ips", "node_ip_placeholder"}
     assert out["verdict"] == "ACCEPT" and out["masquerade"] is True
     assert out["endpoints"] == [{"address": "10.180.0.2:8080", "probability": 0.5},
                                 {"address": "10.180.1.1:8080", "probability": 0.5}]
@@ -112,7 +112,7 @@ def test_unknown_steps_are_marked_in_json(tmp_path: Path, capsys: pytest.Capture
     dump.write_text("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m bpf --bytecode \"1,6 0 0 0\" -j ACCEPT\n"
                     "-A INPUT -p tcp -j NFQUEUE --queue-num 3\n-A INPUT -p tcp -j ACCEPT\nCOMMIT\n")
     out = _trace(capsys, "--iptables-save", str(dump), "--src", "1.1.1.1", "--dst", "192.0.2.1:80")
-    assert set(out) == {"verdict", "endpoints", "masquerade", "trace"}
+    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "node_ips", "node_ip_placeholder"}
     assert all(set(step) == {"table", "chain", "rule", "line", "unknown"} for step in out["trace"])
     flags = {step["line"]: step["unknown"] for step in out["trace"]}
     assert flags.get(3) is True
