@@ -112,6 +112,10 @@ class ConntrackTable:
         self._queues: dict[float, deque[_Row]] = {}
         self._due = float("inf")  # no queue's front expires before this
         self._last: tuple[float, deque[_Row]] = (float("nan"), deque())  # the last queue used, by length
+        # NAT's bysource table, for the sources that matter to it (see source_mappings): rows
+        # by (version, src, sport, protocol) of their original tuple, oldest first. Built at
+        # its first use (None until then: kube-proxy's --random-fully never uses it).
+        self._bysource: dict[tuple[int, int, int, str], list[_Row]] | None = None
 
     def lookup(self, key: FlowKey) -> tuple[ConntrackEntry, bool] | None:
         """The live entry with ``key`` as its original or reply tuple, and whether it is the reply."""
@@ -122,6 +126,47 @@ class ConntrackTable:
             self._remove(row)
             return None
         return _make_entry(*row), key == row[1] and key != row[0]
+
+    def taken(self, key: FlowKey) -> bool:
+        """Whether a live entry has ``key`` as its original or reply tuple
+        (``nf_conntrack_tuple_taken``)."""
+        row = self._by_key.get(key)
+        return row is not None and row[3] > self.clock.now()
+
+    def source_mappings(self, version: int, src: int, sport: int, proto: str) -> list[tuple[int, int]]:
+        """``(address, port)`` each live entry from this original source was mapped to, most
+        recent first, as NAT's ``find_appropriate_src`` walks its ``bysource`` bucket.
+
+        Only sources one of whose entries had its port remapped are kept (from that entry on):
+        for any other, reusing a mapping tries the flow's own port, which the next step of
+        :func:`~emulation.netfilter.nat.choose_source_port` tries anyway, so the answer is the same.
+        The table is made from the live entries at the first call and kept from then on.
+        """
+        if self._bysource is None:
+            self._bysource = self._build_bysource()
+        key = (version, src, sport, proto)
+        rows = self._bysource.get(key)
+        if not rows:
+            return []
+        now = self.clock.now()
+        live = [r for r in rows if r[3] > now and self._by_key.get(r[0]) is r]
+        if len(live) != len(rows):
+            if live:
+                self._bysource[key] = live
+            else:
+                del self._bysource[key]
+        return [(r[1][3], r[1][4]) for r in reversed(live)]
+
+    def _build_bysource(self) -> dict[tuple[int, int, int, str], list[_Row]]:
+        now = self.clock.now()
+        rows = {id(r): r for r in self._by_key.values() if r[3] > now and self._by_key.get(r[0]) is r}
+        table: dict[tuple[int, int, int, str], list[_Row]] = {}
+        for row in sorted(rows.values(), key=lambda r: r[2]):  # in creation order
+            original, reply = row[0], row[1]
+            skey = (original[0], original[1], original[2], original[5])
+            if skey in table or original[2] != reply[4]:
+                table.setdefault(skey, []).append(row)
+        return table
 
     def confirm(self, entry: ConntrackEntry) -> None:
         """Insert a new entry, or replace the entry with the same original tuple."""
@@ -146,6 +191,17 @@ class ConntrackTable:
             self._remove(old)
         by_key[original] = row
         by_key[reply] = row
+        bysource = self._bysource
+        if bysource is not None and (bysource or original[2] != reply[4]):  # (see source_mappings)
+            skey = (original[0], original[1], original[2], original[5])
+            rows = bysource.get(skey)
+            at = -1 if rows is None or old is None else next((i for i, r in enumerate(rows) if r is old), -1)
+            if rows is not None and at >= 0:
+                rows[at] = row  # a refreshed entry keeps its place, as in the kernel
+            elif rows is not None:
+                rows.append(row)
+            elif original[2] != reply[4]:  # a source port remapped: its source is kept from now
+                bysource[skey] = [row]
         now = self.clock.now()
         if old is None:  # a refreshed entry keeps its flow's place (see _sweep)
             self._enqueue(row, now)
@@ -200,6 +256,8 @@ class ConntrackTable:
                 other = by_key.pop(reply, None)
                 if other is not current and other is not None:
                     by_key[reply] = other
+                if self._bysource:
+                    self.source_mappings(original[0], original[1], original[2], original[5])  # prunes
             if queue and queue[0][3] < due:
                 due = queue[0][3]
         self._due = due if budget else now  # out of budget: more may be due

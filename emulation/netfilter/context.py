@@ -101,6 +101,7 @@ class Ctx:
         "oracle",
         "policy_hits",
         "proto",
+        "rand",
         "rec",
         "recent_overlay",
         "set_lookup",
@@ -162,7 +163,11 @@ class Ctx:
         self.ct_reply: tuple[int, int, int, int] | None = None
         self.notrack = False
         self.dnat: tuple[int, int] | None = None  # (address, port) chosen by DNAT/REDIRECT
-        self.snat: tuple[int, int] | None = None  # (address, port) chosen by SNAT/MASQUERADE
+        # (address or -1 for MASQUERADE's, low port, high port, random) asked by SNAT/MASQUERADE
+        self.snat: tuple[int, int | None, int | None, bool] | None = None
+        #: Sample mode's generator (``random.random``), for NAT's random port offsets; ``None``
+        #: in enumerate, which takes offset 0 (see emulation.netfilter.nat).
+        self.rand: Callable[[], float] | None = None
         self.masquerade = False
         self.uncertain = False
         self.choices = 0

@@ -33,6 +33,7 @@ from emulation.conntrack import ConntrackEntry, ConntrackTable, FlowKey, timeout
 from emulation.netfilter import flowcache
 from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep
 from emulation.netfilter.flowcache import FlowCache, FlowSet, Recorder, Segment, Summary
+from emulation.netfilter.nat import PORTED, SourceRange, choose_source_port, port_range, search_ports
 from emulation.netfilter.rules import Ruleset
 from emulation.netfilter.ruleset import Counters, apply_restore, save
 from emulation.netfilter.traverse import run_chain
@@ -52,6 +53,12 @@ def _loopback(version: int, value: int) -> bool:
 
 #: Values no packet has, given to the probe that summarizes a recorded path.
 _MARK_SRC, _MARK_DST, _MARK_SPORT, _MARK_DPORT = -11, -13, -12, -14
+#: Why a packet whose source mapping found no free reply tuple is dropped.
+_TUPLE_TAKEN = "NAT: no source port leaves a free reply tuple (conntrack confirmation fails)"
+
+
+def _zero() -> int:
+    return 0
 
 
 def _no_draw(p: float) -> bool:
@@ -235,6 +242,14 @@ class Netns:
     def send(self, packet: Packet, rng: random.Random, *, trace: bool = False) -> Outcome:
         """Evaluate one packet, sampling random matches from ``rng``, and commit its effects.
 
+        A packet a REJECT refuses is answered as the kernel answers it (an ICMP error or a TCP
+        RST, :mod:`emulation.netfilter.reject`): the answer walks the node's OUTPUT hooks (and
+        INPUT when it comes back to the node), its rules count it, and draws for it come from
+        ``rng`` too; the returned outcome is the refused packet's all the same. With ``trace``,
+        the answer's steps follow the packet's own: first one of result ``answer`` naming it,
+        then its rules and policies with results ``answer:match``, ``answer:nomatch``,
+        ``answer:unknown`` and ``answer:policy``.
+
         Raises:
             ValueError: the packet's family is not the rules' (``ruleset.version``), or its
                 ``in_interface`` is not one of the node's.
@@ -251,24 +266,40 @@ class Netns:
                 seg.bytes += nbytes
             if commit is not None:
                 commit()
+        else:
+            ctx = effects
+            counters = self._counters
+            rules, nbytes = counters.rules, ctx.length
+            for uid in ctx.hits:
+                c = rules.get(uid)
+                rules[uid] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
+            policies = counters.policies
+            for tname, cname, nbytes in ctx.policy_hits:
+                c = policies.get((tname, cname))
+                policies[(tname, cname)] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
+            if ctx.nth_overlay:
+                self.dynamic.nth.update(ctx.nth_overlay)
+            if ctx.recent_overlay:
+                self.dynamic.recent.update(ctx.recent_overlay)
+            if commit is not None:
+                commit()
+        if outcome.verdict != "REJECT":
             return outcome
-        ctx = effects
-        counters = self._counters
-        rules, nbytes = counters.rules, ctx.length
-        for uid in ctx.hits:
-            c = rules.get(uid)
-            rules[uid] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
-        policies = counters.policies
-        for tname, cname, nbytes in ctx.policy_hits:
-            c = policies.get((tname, cname))
-            policies[(tname, cname)] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
-        if ctx.nth_overlay:
-            self.dynamic.nth.update(ctx.nth_overlay)
-        if ctx.recent_overlay:
-            self.dynamic.recent.update(ctx.recent_overlay)
-        if commit is not None:
-            commit()
-        return outcome
+        from emulation.netfilter.reject import rejected, send_answers  # only refused packets need it
+
+        return send_answers(
+            outcome,
+            rejected(packet, outcome, effects, self.ruleset, self.conntrack),
+            node=self.node,
+            ruleset=self.ruleset,
+            counters=self._counters,
+            dyn=self.dynamic,
+            now=self.clock.now(),
+            oracle=lambda p: rand() < p,
+            set_lookup=self.set_lookup,
+            tracing=trace,
+            indexed=self.indexed,
+        )
 
     def enumerate(self, packet: Packet, *, trace: bool = False) -> list[tuple[float, Outcome]]:
         """Every possible outcome of ``packet`` with its probability (summing to 1).
@@ -321,11 +352,13 @@ class Netns:
             if flows is not None and flows.node is node:
                 flows.interfaces.add(iif)
         if tracing or not self.indexed or not self.cache_flows:
-            return _Path(self, self._ctx(packet, version, src, dst, oracle, tracing), packet, src, dst).run()
+            ctx = self._ctx(packet, version, src, dst, oracle, tracing, rand)
+            return _Path(self, ctx, packet, src, dst).run()
         sport, dport, proto = packet.sport, packet.dport, packet.protocol
         if self.conntrack.lookup((version, src, sport, dst, dport, proto)) is not None:
             # An established flow: walked.
-            return _Path(self, self._ctx(packet, version, src, dst, oracle, False), packet, src, dst).run()
+            ctx = self._ctx(packet, version, src, dst, oracle, False, rand)
+            return _Path(self, ctx, packet, src, dst).run()
         if flows is None or flows.ruleset is not self.ruleset or flows.node is not node:
             if flows is not None:
                 flows.fold(self._counters)
@@ -348,7 +381,7 @@ class Netns:
                     summary = seg.summary = self._summarize(packet, version, seg.recorded)
                     seg.recorded = None
                     seg.ops = ()  # only its summary needed them (fewer objects for the collector)
-                return self._replayed(packet, version, src, dst, summary, replayed)
+                return self._replayed(packet, version, src, dst, summary, replayed, rand)
             child: FlowSet | Segment | None
             i = 0
             if rand is not None:  # sample mode: the oracle's own test, without its call
@@ -387,9 +420,9 @@ class Netns:
                 c = next(made, None)
                 return oracle(p) if c is None else c
 
-            ctx = self._ctx(packet, version, src, dst, resumed, False)
+            ctx = self._ctx(packet, version, src, dst, resumed, False, rand)
         else:
-            ctx = self._ctx(packet, version, src, dst, oracle, False)
+            ctx = self._ctx(packet, version, src, dst, oracle, False, rand)
         ctx.compile_short = False
         path = _Path(self, ctx, packet, src, dst)
         path.known_new = True
@@ -416,6 +449,58 @@ class Netns:
                 flows.clear()
             flows.graft(base, src, sport, dport, rec)
         return result
+
+    def source_port(
+        self,
+        version: int,
+        proto: str,
+        src: int,
+        sport: int,
+        dst: int,
+        dport: int,
+        mapping: SourceRange,
+        rand: Callable[[], float] | None,
+    ) -> tuple[int, bool]:
+        """The source port a new flow ``src:sport -> dst:dport`` gets when mapped to
+        ``mapping`` (``address`` ``None``: its own), and whether its reply tuple is free;
+        see :func:`~emulation.netfilter.nat.choose_source_port`. Random offsets come from
+        ``rand`` (sample mode), or are 0 (``enumerate`` does not branch on them)."""
+        addr, low, high, rand_all = mapping
+        if addr is None:
+            addr = src
+        table = self.conntrack
+        if rand_all:
+            if proto in PORTED:
+                # --random-fully, kube-proxy's masquerade: the first port from a random offset is
+                # nearly always free; the search goes on from there when it is not.
+                first, size = port_range(sport, low, high)
+                off = int(rand() * 65536) if rand is not None else 0
+                port = first + off % size
+                if not table.taken((version, dst, dport, addr, port, proto)):
+                    return port, True
+                return search_ports(
+                    first,
+                    size,
+                    lambda p: table.taken((version, dst, dport, addr, p, proto)),
+                    (lambda: int(rand() * 65536)) if rand is not None else _zero,
+                    off=(off + 1) & 0xFFFF,
+                    tried=1,
+                    last=port,
+                )
+        elif low is None and addr == src and not table.taken((version, dst, dport, addr, sport, proto)):
+            return sport, True  # a null binding, decided by one lookup: its own port, free
+        return choose_source_port(
+            proto=proto,
+            src=src,
+            sport=sport,
+            addr=addr,
+            low=low,
+            high=high,
+            random=rand_all,
+            taken=lambda p: table.taken((version, dst, dport, addr, p, proto)),
+            mappings=lambda: table.source_mappings(version, src, sport, proto),
+            draw16=(lambda: int(rand() * 65536)) if rand is not None else _zero,
+        )
 
     def _summarize(self, packet: Packet, version: int, segments: list[Segment]) -> Summary:
         """What a recorded path does to any packet that takes it (see :data:`Summary`).
@@ -445,6 +530,7 @@ class Netns:
         )
         path = _Path(self, probe, packet, _MARK_SRC, _MARK_DST)
         path.known_new = True
+        path.summarizing = True
         for seg in segments:
             path.replay(seg)  # the draws between them only chose the path
         end = segments[-1].end
@@ -471,10 +557,18 @@ class Netns:
             written(probe.dport, _MARK_DPORT),
             None if src is None else format_address(version, src),
             None if dst is None else format_address(version, dst),
+            path.source_range,
         )
 
     def _replayed(
-        self, packet: Packet, version: int, src: int, dst: int, summary: Summary, replayed: list[Segment]
+        self,
+        packet: Packet,
+        version: int,
+        src: int,
+        dst: int,
+        summary: Summary,
+        replayed: list[Segment],
+        rand: Callable[[], float] | None,
     ) -> tuple[Outcome, list[Segment], Callable[[], None] | None]:
         """The outcome of a packet whose whole path was found in the flow cache."""
         sport, dport = packet.sport, packet.dport
@@ -494,11 +588,18 @@ class Netns:
             w_dport,
             src_text,
             dst_text,
+            source,
         ) = summary
         new_src = src if w_src is None else w_src
         new_dst = dst if w_dst is None else w_dst
         new_sport = sport if w_sport is None else w_sport
         new_dport = dport if w_dport is None else w_dport
+        if source is not None:  # the flow's source mapping, chosen for this packet
+            new_sport, free = self.source_port(
+                version, packet.protocol, src, sport, new_dst, new_dport, source, rand
+            )
+            if not free:
+                verdict, delivery, device, reason, track = "DROP", "none", None, _TUPLE_TAKEN, False
         final = _delivered(
             packet, version, src, dst, new_src, new_dst, new_sport, new_dport, mark, device,
             src_text,
@@ -540,8 +641,9 @@ class Netns:
         dst: int,
         oracle: Callable[[float], bool],
         tracing: bool,
+        rand: Callable[[], float] | None = None,
     ) -> Ctx:
-        return Ctx(
+        ctx = Ctx(
             node=self.node,
             version=version,
             src=src,
@@ -560,6 +662,8 @@ class Netns:
             tracing=tracing,
             indexed=self.indexed,
         )
+        ctx.rand = rand
+        return ctx
 
 
 class _Path:
@@ -577,6 +681,9 @@ class _Path:
         self.pending_src: tuple[int, int] | None = None  # translation of an existing entry
         self.pending_dst: tuple[int, int] | None = None
         self.known_new = False  # the flow cache found no conntrack entry for it already
+        self.summarizing = False  # redoing a recorded path on a probe (see Netns._summarize)
+        #: The source mapping the path asked for (a SourceRange), set while summarizing.
+        self.source_range: SourceRange | None = None
 
     def replay(self, seg: Segment) -> None:
         """Redo the effects of a recorded segment in order (for :meth:`Netns._summarize`)."""
@@ -651,7 +758,9 @@ class _Path:
         v = self._hook("POSTROUTING", _POST)
         if v != "ACCEPT":
             return self._done(v, "none", None, "POSTROUTING")
-        self._apply_snat("lo", None)
+        dropped = self._apply_snat("lo", None)
+        if dropped is not None:
+            return self._done("DROP", "none", None, dropped)
         ctx.iif, ctx.oif = "lo", None
         if ctx.rec is not None:
             ctx.rec.op(flowcache.IIF, "lo")
@@ -665,8 +774,9 @@ class _Path:
         v = self._hook("INPUT", _IN)
         if v != "ACCEPT":
             return self._done(v, "none", None, "INPUT")
-        if not self._apply_snat(None, None):
-            return self._done("DROP", "none", None, "MASQUERADE found no address")
+        dropped = self._apply_snat(None, None)
+        if dropped is not None:
+            return self._done("DROP", "none", None, dropped)
         return self._done("ACCEPT", "local", None, "delivered locally")
 
     def _postrouting(
@@ -675,8 +785,9 @@ class _Path:
         v = self._hook("POSTROUTING", _POST)
         if v != "ACCEPT":
             return self._done(v, "none", None, "POSTROUTING")
-        if not self._apply_snat(device, nexthop):
-            return self._done("DROP", "none", None, f"MASQUERADE: no address on {device}")
+        dropped = self._apply_snat(device, nexthop)
+        if dropped is not None:
+            return self._done("DROP", "none", None, dropped)
         return self._done("ACCEPT", "forward", device, f"sent out {device}")
 
     # --- hooks, conntrack, NAT --------------------------------------------------------------------
@@ -749,32 +860,50 @@ class _Path:
             self.pending_dst = (r[1], r[2])
             self.pending_src = (r[3], r[4])
 
-    def _apply_snat(self, device: str | None, nexthop: str | None, chosen: int | None = None) -> bool:
-        """Apply the source NAT decided for a new flow (MASQUERADE picks ``device``'s address,
-        or takes ``chosen`` when the flow cache already knows it); ``False`` when there is none."""
+    def _apply_snat(self, device: str | None, nexthop: str | None, chosen: int | None = None) -> str | None:
+        """Give a new flow its source mapping (``nf_nat_setup_info`` for the source, at
+        POSTROUTING or INPUT): the one SNAT or MASQUERADE asked for, or a null binding to its
+        own source, with the port :func:`~emulation.netfilter.nat.choose_source_port` picks.
+        MASQUERADE takes ``device``'s address (or ``chosen``, when the flow cache knows it).
+
+        Returns ``None``, or why the packet is dropped: MASQUERADE found no address, or no
+        port left the flow a free reply tuple (the kernel's confirmation then fails).
+        """
         ctx = self.ctx
         if not self.new_flow:
             if self.pending_src is not None:
                 ctx.src, ctx.sport = self.pending_src
-            return True
-        if ctx.snat is None:
-            return True
-        addr, port = ctx.snat
-        if addr == -1:  # MASQUERADE: the out interface's address
-            if chosen is None:
-                text = self.ns.node.source_address(device or "lo", ctx.version, nexthop, ctx.dst)
-                if text is None:
-                    return False
-                chosen = parse_address(text)[1]
-            addr = chosen
+            return None
+        asked = ctx.snat
+        if asked is None:  # a null binding: the flow's own source
+            addr, low, high, rand_all = ctx.src, None, None, False
+        else:
+            addr, low, high, rand_all = asked
+            if addr == -1:  # MASQUERADE: the out interface's address
+                if chosen is None:
+                    text = self.ns.node.source_address(device or "lo", ctx.version, nexthop, ctx.dst)
+                    if text is None:
+                        return f"MASQUERADE: no address on {device or 'the way in'}"
+                    chosen = parse_address(text)[1]
+                addr = chosen
         if ctx.rec is not None:
             ctx.rec.op(flowcache.SNAT, (device, nexthop, chosen))
+        if self.summarizing:  # the port is chosen per packet when the path is replayed
+            self.source_range = (None if asked is None else addr, low, high, rand_all)
+            ctx.src = addr
+            return None
+        mapping = (addr, low, high, rand_all)
+        port, free = self.ns.source_port(
+            ctx.version, ctx.proto, ctx.src, ctx.sport, ctx.dst, ctx.dport, mapping, ctx.rand
+        )
+        if not free and ctx.rec is not None:
+            ctx.rec.abandon()  # this packet's drop is not its path's: other packets may find a port
         if (addr, port) != (ctx.src, ctx.sport):
             ctx.ct_snat = True
             if ctx.ct_reply is not None:
                 ctx.ct_reply = (ctx.ct_reply[0], ctx.ct_reply[1], addr, port)
         ctx.src, ctx.sport = addr, port
-        return True
+        return None if free else _TUPLE_TAKEN
 
     def _done(
         self,

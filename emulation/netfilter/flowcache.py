@@ -44,7 +44,7 @@ flushed), which costs only speed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from emulation.netfilter.matches import (
     AddressMatch,
@@ -65,6 +65,7 @@ from emulation.netfilter.targets import UnknownTarget
 
 if TYPE_CHECKING:
     from emulation.netfilter.context import Ctx
+    from emulation.netfilter.nat import SourceRange
     from emulation.netfilter.rules import Rule
     from emulation.netfilter.ruleset import Counters
 
@@ -72,6 +73,7 @@ __all__ = [
     "DPORT",
     "NOTHING",
     "SPORT",
+    "SUMMARY_CTMARK",
     "FlowCache",
     "FlowSet",
     "Recorder",
@@ -193,18 +195,23 @@ def rule_deps(rule: Rule) -> Deps:
 
 #: What one recorded path does to every packet that takes it: ``(verdict, delivery, device,
 #: reason, ctstate, masquerade, track, mark, ctmark, src, sport, dst, dport, src_text,
-#: dst_text)``. ``src``, ``sport``, ``dst``, ``dport``: the value the path wrote, or ``None``
+#: dst_text, source)``. ``src``, ``sport``, ``dst``, ``dport``: the value the path wrote, or ``None``
 #: when the packet keeps its own; ``src_text``, ``dst_text``: the written addresses' texts
 #: (made once, not per packet). ``mark`` and ``ctmark`` are final values (the input mark is
-#: keyed). ``track``: the flow is confirmed in conntrack. The rest is the
+#: keyed). ``track``: the flow is confirmed in conntrack. ``source``: the source mapping the
+#: path asked for (:data:`~emulation.netfilter.nat.SourceRange`), whose port is chosen anew for
+#: each packet (it depends on the conntrack table), or ``None``. The rest is the
 #: :class:`~emulation.netfilter.Outcome`'s.
 #:
 #: A plain tuple rather than a frozen dataclass (or a named tuple, which CPython never
 #: untracks): a tuple of numbers and text leaves the cyclic garbage collector's lists, and a
 #: cache of 100,000 paths otherwise made every full collection walk 100,000 more objects.
+#: Where a :data:`Summary` keeps the path's ctmark (for readers outside the evaluator).
+SUMMARY_CTMARK: Final = 8
 Summary = tuple[
     str, str, "str | None", str, str, bool, bool, int, int,
     "int | None", "int | None", "int | None", "int | None", "str | None", "str | None",
+    "SourceRange | None",
 ]
 
 
@@ -419,8 +426,17 @@ class Recorder:
         self.flags |= flags
 
     def op(self, code: int, arg: object) -> None:
-        """An effect to redo on replay."""
+        """An effect to redo on replay.
+
+        The source mapping (``SNAT``) must end what is cached of a path: a replay chooses
+        its port last, after the path's draws, and may drop the packet there. On the one
+        path that goes on after it (a packet of the node to itself, back in over ``lo``), the
+        rest is left to the slow path.
+        """
         if self.live:
+            if code == IIF and any(c == SNAT for c, _ in self.ops):
+                self.stop()
+                return
             self.ops.append((code, arg))
 
     def _take(self) -> tuple[tuple[int, ...], tuple[tuple[str, str], ...], tuple[Op, ...]]:
@@ -477,6 +493,11 @@ class Recorder:
         self.segments.append((self.bits, self.flags, seg, None))
         self.live = False
         self.done = True
+
+    def abandon(self) -> None:
+        """Record nothing of this packet's path (its end was its own, not its path's)."""
+        self.live = False
+        self.done = False
 
     def stop(self) -> None:
         """What follows depends on state: packets reaching this point take the slow path."""

@@ -143,6 +143,15 @@ class Ruleset:
 
     version: int = 4
     tables: Mapping[str, Table] = field(default_factory=dict)
+    _by_uid: dict[int, Rule] | None = field(default=None, compare=False, repr=False, init=False)
+
+    def rule_by_uid(self, uid: int) -> Rule | None:
+        """The rule with this ``uid``, or ``None`` (indexed at the first call, then kept)."""
+        index = self._by_uid
+        if index is None:
+            index = {r.uid: r for _, r in self.rules()}
+            object.__setattr__(self, "_by_uid", index)
+        return index.get(uid)
 
     def chain(self, table: str, chain: str) -> Chain | None:
         """The chain, or ``None`` if the table or chain does not exist."""

@@ -19,6 +19,7 @@ from emulation.netfilter.matches import Opt, parse_mark, parse_port_range
 from emulation.netfilter.tokens import quote
 
 __all__ = [
+    "REJECT_WITH",
     "TARGETS",
     "Connmark",
     "Jump",
@@ -99,12 +100,59 @@ class Jump(Target):
         return ["-g" if self.goto else "-j", self.chain]
 
 
+#: ``--reject-with`` types by IP version: canonical name -> (the alias iptables also takes, the
+#: code of the ICMP / ICMPv6 destination unreachable sent, ``None`` for ``tcp-reset``). Names
+#: from iptables' extensions/libipt_REJECT.c and libip6t_REJECT.c (``iptables-save`` prints the
+#: canonical one); codes from the kernel's ipt_REJECT.c ``reject_tg`` (ICMP_NET_UNREACH 0,
+#: HOST_UNREACH 1, PROT_UNREACH 2, PORT_UNREACH 3, NET_ANO 9, HOST_ANO 10, PKT_FILTERED 13) and
+#: ip6t_REJECT.c ``reject_tg6`` (ICMPV6_NOROUTE 0, ADM_PROHIBITED 1, ADDR_UNREACH 3,
+#: PORT_UNREACH 4, POLICY_FAIL 5, REJECT_ROUTE 6).
+REJECT_WITH: dict[int, dict[str, tuple[str, int | None]]] = {
+    4: {
+        "icmp-net-unreachable": ("net-unreach", 0),
+        "icmp-host-unreachable": ("host-unreach", 1),
+        "icmp-proto-unreachable": ("proto-unreach", 2),
+        "icmp-port-unreachable": ("port-unreach", 3),
+        "icmp-net-prohibited": ("net-prohib", 9),
+        "icmp-host-prohibited": ("host-prohib", 10),
+        "icmp-admin-prohibited": ("admin-prohib", 13),
+        "tcp-reset": ("tcp-rst", None),
+    },
+    6: {
+        "icmp6-no-route": ("no-route", 0),
+        "icmp6-adm-prohibited": ("adm-prohibited", 1),
+        "icmp6-addr-unreachable": ("addr-unreach", 3),
+        "icmp6-port-unreachable": ("port-unreach", 4),
+        "icmp6-policy-fail": ("policy-fail", 5),
+        "icmp6-reject-route": ("reject-route", 6),
+        "tcp-reset": ("tcp-reset", None),
+    },
+}
+_REJECT_CODES = {name: code for names in REJECT_WITH.values() for name, (_, code) in names.items()}
+
+
 @dataclass(frozen=True, slots=True)
 class Reject(Target):
-    """``-j REJECT [--reject-with TYPE]`` (ipt_REJECT.c): ends the packet, answering with an error."""
+    """``-j REJECT [--reject-with TYPE]`` (ipt_REJECT.c, ip6t_REJECT.c): ends the packet; the
+    kernel answers its sender with an ICMP / ICMPv6 error or a TCP RST, which
+    :mod:`emulation.netfilter.reject` models. ``with_`` is a canonical name of
+    :data:`REJECT_WITH`.
+
+    Raises:
+        NetfilterError: ``with_`` is not one of them.
+    """
 
     with_: str = "icmp-port-unreachable"
     name: ClassVar[str] = "REJECT"
+
+    def __post_init__(self) -> None:
+        if self.with_ not in _REJECT_CODES:
+            raise NetfilterError(f"--reject-with {self.with_!r}: expected one of {sorted(_REJECT_CODES)}")
+
+    @property
+    def icmp_code(self) -> int | None:
+        """The code of the destination unreachable sent (ICMP or ICMPv6); ``None`` for tcp-reset."""
+        return _REJECT_CODES[self.with_]
 
     def apply(self, ctx: Ctx) -> Verdict:
         return "REJECT"
@@ -127,9 +175,11 @@ def _split_hostport(text: str) -> tuple[str, str]:
 class Nat(Target):
     """DNAT ``--to-destination`` / SNAT ``--to-source`` ``ADDR[-ADDR][:PORT[-PORT]]``.
 
-    The first address and port of a range are used (kube-proxy writes single values); the
-    kernel would pick within the range by a hash (nf_nat_core.c). A missing port keeps the
-    packet's port. Only in the nat table.
+    The first address of a range is used (kube-proxy writes single values); the kernel would
+    pick within the range by a hash (``find_best_ips_proto``). DNAT takes the first port of
+    a range; SNAT's port (kept when free and inside the range, else another) is chosen as
+    :mod:`emulation.netfilter.nat` describes. A missing port keeps the packet's port (SNAT:
+    when free). Only in the nat table.
     """
 
     kind: str  # DNAT or SNAT
@@ -138,6 +188,7 @@ class Nat(Target):
     addr: int
     port: int | None
     flags: tuple[str, ...] = ()
+    port_high: int | None = None  # the end of a ``:PORT-PORT`` range (else ``port``)
     tables: ClassVar[frozenset[str]] = frozenset({"nat"})
 
     @property
@@ -151,7 +202,9 @@ class Nat(Target):
             ctx.dnat = (self.addr, self.port if self.port is not None else ctx.dport)
             ctx.dst, ctx.dport = ctx.dnat
         else:
-            ctx.snat = (self.addr, self.port if self.port is not None else ctx.sport)
+            high = self.port if self.port_high is None else self.port_high
+            rand_all = "--random" in self.flags or "--random-fully" in self.flags
+            ctx.snat = (self.addr, self.port, high, rand_all)
         return "ACCEPT"
 
     def save_args(self) -> list[str]:
@@ -164,8 +217,10 @@ class Masquerade(Target):
     """``-j MASQUERADE [--to-ports P[-P]] [--random] [--random-fully]`` (nf_nat_masquerade.c).
 
     The new source is the out interface's address chosen like ``inet_select_addr`` (see
-    :meth:`Node.source_address`); the source port is kept (port clashes, and the random port
-    choice of ``--random-fully``, are not modelled) unless ``--to-ports`` gives one.
+    :meth:`Node.source_address`); the source port is chosen as the kernel's
+    ``get_unique_tuple`` does (:mod:`emulation.netfilter.nat`): kept when its reply tuple is
+    free (and inside ``--to-ports``), else another; always a random one with ``--random`` or
+    ``--random-fully``.
     """
 
     to_ports: tuple[int, int] | None = None
@@ -175,7 +230,8 @@ class Masquerade(Target):
 
     def apply(self, ctx: Ctx) -> Verdict:
         ctx.masquerade = True
-        ctx.snat = (-1, self.to_ports[0] if self.to_ports else ctx.sport)
+        low, high = self.to_ports if self.to_ports else (None, None)
+        ctx.snat = (-1, low, high, bool(self.flags))  # both flags are NF_NAT_RANGE_PROTO_RANDOM_ALL
         return "ACCEPT"
 
     def save_args(self) -> list[str]:
@@ -336,7 +392,14 @@ def _simple(verdict: str) -> Callable[[list[Opt], int], Target]:
 def _reject(opts: list[Opt], version: int) -> Target:
     o = _opts(opts)
     default = "icmp-port-unreachable" if version == 4 else "icmp6-port-unreachable"
-    return Reject(o.get("--reject-with") or default)
+    given = o.get("--reject-with") or default
+    for name, (alias, _) in REJECT_WITH[version].items():
+        if given in (name, alias):
+            return Reject(name)
+    raise NetfilterError(
+        f"--reject-with {given!r} is not an IPv{version} reject type; expected one of "
+        f"{sorted(REJECT_WITH[version])} (or their aliases)"
+    )
 
 
 def _nat(kind: str) -> Callable[[list[Opt], int], Target]:
@@ -351,9 +414,9 @@ def _nat(kind: str) -> Callable[[list[Opt], int], Target]:
         v, addr = parse_address(host.partition("-")[0])
         if v != version:
             raise NetfilterError(f"{opt} {spec!r} is not an IPv{version} address")
-        port = parse_port_range(port_s.replace("-", ":"))[0] if port_s else None
+        port, high = parse_port_range(port_s.replace("-", ":")) if port_s else (None, None)
         flags = tuple(f for f in ("--random", "--random-fully", "--persistent") if f in o)
-        return Nat(kind, spec, v, addr, port, flags)
+        return Nat(kind, spec, v, addr, port, flags, None if high == port else high)
 
     return build
 

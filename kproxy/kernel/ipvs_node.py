@@ -116,6 +116,7 @@ class IpvsNode:
         self.steps: list[IpvsStep] = []
         """What IPVS did in the last :meth:`send` or :meth:`enumerate` call, in order."""
         self._views: dict[str, tuple[Ruleset, Node, Netns]] = {}
+        self._rng = random.Random(0)  # for send() without one: one stream, not one per packet
 
     def bind(self, addresses: tuple[str, ...]) -> None:
         """Make ``addresses`` (and only them) the addresses of ``kube-ipvs0`` (host routes, ``/32``
@@ -150,10 +151,12 @@ class IpvsNode:
 
         Args:
             packet: the packet (``in_interface=None``: sent by the node).
-            rng: draws for ``statistic`` matches (default: seeded 0).
+            rng: draws for ``statistic`` matches and NAT port choices (default: the node's own
+                generator, seeded 0 when the node was made; not a fresh one per packet, which
+                would give every packet the same draws).
             flags: TCP flags for IPVS (``"S"``, ``"A"``, ``"FA"`` ...; default from ``packet.syn``).
         """
-        gen = rng or random.Random(0)
+        gen = rng or self._rng
         self.steps = []
         local = packet.in_interface is None
         first = (self._netns("local-pre") if local else self.netns).send(packet, gen, trace=True)

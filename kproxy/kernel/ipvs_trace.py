@@ -22,6 +22,7 @@ the node and reports each real server's share as its probability: IPVS scheduler
 from __future__ import annotations
 
 import copy
+import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -132,8 +133,11 @@ def trace_ipvs(node: IpvsNode, packet: Packet, *, connections: int = 1, zero_bui
         return out
     sim = copy.deepcopy(node)
     counts: Counter[str] = Counter()
+    # One generator for the whole run: a fresh one per connection would give every
+    # connection the same draws, and MASQUERADE --random-fully the same port offset.
+    gen = random.Random(0)
     for i in range(connections):
-        got = sim.send(replace(packet, sport=(packet.sport + i - 1) % 65535 + 1))
+        got = sim.send(replace(packet, sport=(packet.sport + i - 1) % 65535 + 1), gen)
         if got.verdict == "ACCEPT" and got.dnat:
             counts[got.destination] += 1
     shares = tuple(TraceEndpoint(address=a, probability=round(c / connections, 12))

@@ -91,3 +91,31 @@ def test_sweeping_matches_a_naive_table_under_mixed_timeouts_and_shared_tuples()
     live = {id(e): e for e in naive.values() if e.expires_s > clock.now()}
     assert {e.original for e in table.entries()} == {e.original for e in live.values()}
     assert len(table._by_key) <= 2 * len(live) + 64
+
+
+def test_source_mappings_are_built_at_first_use_in_creation_order() -> None:
+    """NAT's bysource view: the remapped entries of one original source, most recent first,
+    whether they were confirmed before its first use or after; a refresh keeps an entry's
+    place, and an expired entry leaves it."""
+    clock = ManualClock()
+    table = ConntrackTable(clock)
+    client = (4, 0x0A000005, 40000)
+
+    def flow(dst: int, mapped_port: int, now: float) -> ConntrackEntry:
+        original = (*client, dst, 53, "udp")
+        reply = (4, dst, 53, 0xC0A80002, mapped_port, "udp")
+        return ConntrackEntry(original=original, reply=reply, created_s=now, expires_s=now + 30)
+
+    first = flow(0x08080808, 50001, 0.0)
+    table.confirm(first)
+    clock.advance(1)
+    table.confirm(flow(0x09090909, 50002, 1.0))
+    assert table.source_mappings(4, 0x0A000005, 40000, "udp") == [(0xC0A80002, 50002), (0xC0A80002, 50001)]
+    clock.advance(1)
+    table.confirm(flow(0x01010101, 40000, 2.0))  # not remapped, but its source is kept now
+    table.refresh(first, reply=True, mark=0)
+    assert table.source_mappings(4, 0x0A000005, 40000, "udp") == [
+        (0xC0A80002, 40000), (0xC0A80002, 50002), (0xC0A80002, 50001)]  # fmt: skip
+    clock.advance(30.5)  # the second and third expire; the refreshed first lives on (120 s)
+    assert table.source_mappings(4, 0x0A000005, 40000, "udp") == [(0xC0A80002, 50001)]
+    assert table.source_mappings(4, 0x0A000006, 40000, "udp") == []

@@ -71,12 +71,17 @@ def test_masquerade_uses_out_interface_address() -> None:
 
 
 def test_masquerade_to_ports() -> None:
-    """MASQUERADE --to-ports sets the source port."""
+    """MASQUERADE --to-ports: a source port outside the range gets one inside it (from a random
+    offset, nf_nat_l4proto_unique_tuple); one inside it is kept (get_unique_tuple step 2)."""
     text = (
         "*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -p tcp -j MASQUERADE --to-ports 2000-3000\nCOMMIT\n"
     )
-    out = netns(text).send(pkt(src="10.0.1.5", dst="8.8.8.8", in_interface="cni0"), RNG)
-    assert out.packet.sport == 2000
+    ns = netns(text)
+    ports = {ns.send(pkt(src="10.0.1.5", dst="8.8.8.8", sport=40000 + i, in_interface="cni0"), RNG).packet.sport
+             for i in range(20)}  # fmt: skip
+    assert all(2000 <= p <= 3000 for p in ports) and len(ports) > 1
+    kept = ns.send(pkt(src="10.0.1.5", dst="8.8.8.8", sport=2500, in_interface="cni0"), RNG)
+    assert kept.packet.sport == 2500
 
 
 def test_redirect_goes_to_the_in_interface_address() -> None:

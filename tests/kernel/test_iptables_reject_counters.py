@@ -34,15 +34,13 @@ every sending namespace (``/proc/net/netstat``) and requires it to be 0.
 ICMP errors. A REJECT is not only a verdict: ``ipt_REJECT`` sends an ICMP port unreachable
 (``nf_send_unreach`` -> ``icmp_send``) back to the sender, a packet of the node's own that
 crosses filter OUTPUT (and, when the sender is the node itself, lo and filter INPUT) and is
-counted by their rules. The rejected packet's conntrack entry is never confirmed, so the error
-finds no entry (``nf_conntrack_inet_error``) and goes on without conntrack state: nat never
-sees it and ``--ctstate NEW`` does not match it. The emulator's REJECT only ends the packet (a known gap,
-see :func:`test_emulator_alone_misses_the_reject_errors`), so the test sends each error through
-the emulated node itself: an ICMP packet from the node to the sender, made untracked by a
-``-t raw -A OUTPUT -p icmp -j CT --notrack`` rule that only the emulated node has (raw is left
-out of the comparison). Untracked and "no conntrack entry" are the same to kube-proxy's rules
-here: they differ only for ``--ctstate INVALID``, which kube-proxy matches in KUBE-FORWARD,
-a chain locally generated packets never reach.
+counted by their rules. It carries the refused packet's conntrack entry (``nf_ct_attach``), not
+yet confirmed, as RELATED: nat never walks its rules for it and ``--ctstate NEW`` does not match
+it. The emulator sends these errors itself (:mod:`emulation.netfilter.reject`), so its counters
+are compared as they are (:func:`test_untraced_emulator_answers_rejects_as_the_kernel`, once an expected
+failure, checks just that). The node runs with ``net.ipv4.icmp_ratelimit=0``
+(:func:`tests.kernel.harness.topology`), so the kernel answers every refused attempt, as the
+emulator does (it does not model ICMP rate limits).
 """
 
 from __future__ import annotations
@@ -50,13 +48,12 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
 
-from emulation import Node, Packet
-from emulation.addr import parse_address
+from emulation import Packet
 from emulation.netfilter import Netns, Outcome
 from emulation.packet import Protocol
 from kproxy.modes.iptables import IptablesRenderer
@@ -98,15 +95,10 @@ _IP_UDP_HEADERS = 28
 #: A Linux SYN: 20 bytes of IP header, 20 of TCP header and 20 of options (MSS, SACK
 #: permitted, timestamps, window scale), the defaults of a new network namespace.
 _SYN_BYTES = 60
-#: ``icmp_send`` quotes at most this much of the offending datagram (576 - 20 - 8).
-_ICMP_QUOTE_MAX = 548
-_ICMP_HEADERS = 28
 _NS = {"pod": "pc", "node": "node", "localhost": "node", "external": "client", "blocked": "client"}
 _SRC = dict(pod=POD_CLIENT, node=NODE_IP, localhost="127.0.0.1", external=EXTERNAL, blocked=BLOCKED)
 #: The interface of the node an answer to the client arrives on, by the answering address.
 _LINK = {**POD_LINKS, EXTERNAL: "eth0"}
-#: Only the emulated node gets this: the ICMP errors the test sends through it are untracked.
-_NOTRACK_ICMP = "*raw\n:OUTPUT ACCEPT [0:0]\n-A OUTPUT -p icmp -j CT --notrack\nCOMMIT\n"
 #: kube-proxy's filter chains holding per-service REJECT and DROP rules.
 SERVICE_CHAINS = ("KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES", "KUBE-PROXY-FIREWALL")
 
@@ -241,31 +233,11 @@ def _counts(outcome: Outcome) -> dict[CounterKey, int]:
     return out
 
 
-def _icmp_error(node: Node, rejected: Packet) -> Packet:
-    """The ICMP port unreachable the kernel sends for ``rejected``, as it leaves the node.
-
-    Its source is the rejected packet's destination when that is the node's own address, and
-    otherwise the address routing picks towards the sender (``__icmp_send``); it quotes the
-    rejected datagram, up to 548 bytes.
-    """
-    if node.is_local_ip(rejected.dst):
-        src = rejected.dst
-    elif node.is_local_ip(rejected.src):
-        src = rejected.src
-    else:
-        version, value = parse_address(rejected.src)
-        route = node.route(version, value)
-        chosen = node.source_address(route.device or "lo", version, route.nexthop, value)
-        assert chosen is not None, f"no address towards {rejected.src}"
-        src = chosen
-    return Packet(src=src, dst=rejected.src, protocol="icmp", in_interface=None,
-                  length=_ICMP_HEADERS + min(rejected.length, _ICMP_QUOTE_MAX))  # fmt: skip
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Replay:
     """The emulator's side: each attempt's outcome (traced), the counters, the rules whose
-    count depends on a random choice, and how many ICMP errors the test sent through it."""
+    count depends on a random choice, and how many ICMP errors the emulator sent for REJECTs
+    (counted in the traces of its sends, when they were traced)."""
 
     outcomes: list[list[Outcome]]
     counters: dict[CounterKey, tuple[int, int]]
@@ -273,27 +245,33 @@ class Replay:
     errors_sent: int
 
 
-def _send(netns: Netns, packet: Packet, rng: random.Random, unstable: set[CounterKey]) -> Outcome:
-    """Send ``packet`` (committing it); mark the rules whose count differs between its possible
-    outcomes. Returns the outcome, traced when the packet had only one possible outcome."""
+def _send(
+    netns: Netns, packet: Packet, rng: random.Random, unstable: set[CounterKey], *, trace: bool
+) -> tuple[Outcome, int]:
+    """Send ``packet`` (committing it, traced when ``trace``); mark the rules whose count differs
+    between its possible outcomes. Returns the outcome, traced when the packet had only one
+    possible outcome (``enumerate``'s trace: the packet's own steps), and how many errors the
+    emulator sent for a REJECT of it, as the send's trace shows them (0 untraced)."""
     traced = netns.enumerate(packet, trace=True)
     counts = [_counts(o) for _, o in traced]
     for key in set().union(*counts):
         if len({c.get(key, 0) for c in counts}) > 1:
             unstable.add(key)
-    outcome = netns.send(packet, rng)
+    outcome = netns.send(packet, rng, trace=trace)
+    errors = sum(step.result == "answer" for step in outcome.trace)
     if len(traced) == 1:
-        assert (traced[0][1].verdict, traced[0][1].packet) == (outcome.verdict, outcome.packet)
-        return traced[0][1]
-    return outcome
+        want, got = traced[0][1].packet, outcome.packet
+        if outcome.masquerade:  # --random-fully: send draws the port, enumerate takes offset 0
+            want, got = replace(want, sport=0), replace(got, sport=0)
+        assert (traced[0][1].verdict, want) == (outcome.verdict, got)
+        return replace(traced[0][1], packet=outcome.packet), errors  # the port the flow really got
+    return outcome, errors
 
 
-def replay(*, reject_errors: bool) -> Replay:
-    """Send :data:`FLOWS` through the emulator (and the answers to the accepted ones); with
-    ``reject_errors``, also the ICMP error of every REJECT (see the module docstring)."""
+def replay(*, trace: bool = False) -> Replay:
+    """Send :data:`FLOWS` through the emulator (and the answers to the accepted ones), which
+    answers every REJECT itself (see the module docstring); ``trace``: send them traced."""
     netns = load_emulator(CONFIGS["detect"], _docs())
-    if reject_errors:
-        netns.restore(_NOTRACK_ICMP, noflush=True)
     rng, unstable, errors = random.Random(0), set[CounterKey](), 0
     outcomes: list[list[Outcome]] = []
     for f in FLOWS:
@@ -302,16 +280,14 @@ def replay(*, reject_errors: bool) -> Replay:
         for i in range(f.count):
             sent = Packet(src=_SRC[f.source], dst=f.dst, sport=f.sport + i, dport=f.port, protocol=f.proto,
                           in_interface=IN_INTERFACE[f.source], length=length)  # fmt: skip
-            out = _send(netns, sent, rng, unstable)
+            out, sent_errors = _send(netns, sent, rng, unstable, trace=trace)
             got.append(out)
-            if out.verdict == "REJECT" and reject_errors:
-                _send(netns, _icmp_error(netns.node, sent), rng, unstable)
-                errors += 1
+            errors += sent_errors
             if out.verdict == "ACCEPT":
                 p = out.packet
                 answer = Packet(src=p.dst, dst=p.src, sport=p.dport, dport=p.sport, protocol="udp",
                                 in_interface=_LINK[p.dst], length=_IP_UDP_HEADERS + REPLY_BYTES)  # fmt: skip
-                _send(netns, answer, rng, unstable)
+                errors += _send(netns, answer, rng, unstable, trace=trace)[1]
         outcomes.append(got)
     counters = parse_counters(netns.save(counters=True))
     return Replay(outcomes=outcomes, counters=counters, unstable=unstable, errors_sent=errors)
@@ -329,8 +305,8 @@ def _seen(flow: Flow, outcome: Outcome) -> tuple[str, str | None]:
 
 
 def _compared(kernel_run: KernelRun, emulated: Replay) -> list[CounterKey]:
-    """Rule counters (not policies) of both, minus the unstable ones (raw is emulator-only)."""
-    assert {k[0] for k in set(emulated.counters) - set(kernel_run.counters)} <= {"raw"}
+    """Rule counters (not policies) of both, minus the unstable ones (both have the same rules)."""
+    assert set(emulated.counters) <= set(kernel_run.counters)
     assert set(kernel_run.counters) <= set(emulated.counters)
     return sorted(k for k in set(kernel_run.counters) - emulated.unstable if k[2] != 0)
 
@@ -363,7 +339,7 @@ def test_no_syn_was_retransmitted(kernel_run: KernelRun) -> None:
 def test_verdicts_match_what_clients_saw(kernel_run: KernelRun) -> None:
     """Every attempt: the emulator's verdict is kube-proxy's, and is what the client saw
     (refused, timed out, EPERM on the node, or answered by the endpoint the emulator chose)."""
-    emulated = replay(reject_errors=True)
+    emulated = replay()
     problems = []
     for flow, got, outs in zip(FLOWS, kernel_run.answers, emulated.outcomes, strict=True):
         for i, (answer, outcome) in enumerate(zip(got, outs, strict=True)):
@@ -375,12 +351,12 @@ def test_verdicts_match_what_clients_saw(kernel_run: KernelRun) -> None:
 
 
 def test_rule_counters_match_the_kernel(kernel_run: KernelRun) -> None:
-    """Every deterministic rule counts the same packets and bytes in the emulator (with the
-    REJECTs' ICMP errors sent through it) as in the kernel."""
-    emulated = replay(reject_errors=True)
+    """Every deterministic rule counts the same packets and bytes in the emulator (sending
+    traced, so walking every packet, and answering each REJECT with one ICMP error) as in
+    the kernel."""
+    emulated = replay(trace=True)
     assert not _diff(kernel_run, emulated)
     assert emulated.errors_sent == _attempts("REJECT")
-    assert emulated.counters[("raw", "OUTPUT", 1)][0] == _attempts("REJECT")
 
 
 def test_kube_proxy_reject_and_drop_rules_counted_every_attempt(kernel_run: KernelRun) -> None:
@@ -392,11 +368,7 @@ def test_kube_proxy_reject_and_drop_rules_counted_every_attempt(kernel_run: Kern
     assert _packets(kernel_run, ("KUBE-FIREWALL", "KUBE-FORWARD"), "DROP") == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "emulator gap (emulation/netfilter/evaluate.py): a REJECT verdict ends the packet and sends "
-    "nothing, while the kernel answers with an ICMP error that crosses filter OUTPUT (and INPUT when "
-    "the sender is the node), so `-A OUTPUT -j KUBE-FIREWALL` and INPUT's unconditional jumps count "
-    "fewer packets in the emulator"))  # fmt: skip
-def test_emulator_alone_misses_the_reject_errors(kernel_run: KernelRun) -> None:
-    """Without the test sending the ICMP errors itself, the emulator's counters equal the kernel's."""
-    assert not _diff(kernel_run, replay(reject_errors=False))
+def test_untraced_emulator_answers_rejects_as_the_kernel(kernel_run: KernelRun) -> None:
+    """The emulator sends the REJECTs' ICMP errors itself (untraced, its flow cache on), and its
+    counters equal the kernel's (a strict expected failure until the emulator sent them)."""
+    assert not _diff(kernel_run, replay())
