@@ -221,6 +221,10 @@ _CT_TUPLE = (
 
 
 def _conntrack(opts: list[Opt], version: int) -> Match:
+    # libxt_conntrack: conntrack_mt_check refuses a match without options, and the ctdir
+    # option has no XTOPT_INVERT (REPLY is itself stored as the inverted ORIGINAL).
+    if not opts:
+        raise NetfilterError("conntrack: at least one option is required (e.g. --ctstate NEW)")
     st = _one(opts, "--ctstate")
     checks = []
     for name in _CT_TUPLE:
@@ -237,6 +241,9 @@ def _conntrack(opts: list[Opt], version: int) -> Match:
                 value = str(cidr).rpartition("/")[0] if cidr.is_host else str(cidr)
             checks.append((name, o[1], value))
     ctdir = _one(opts, "--ctdir")
+    if ctdir is not None and ctdir[1]:
+        other = "ORIGINAL" if ctdir[2] == "REPLY" else "REPLY"
+        raise NetfilterError(f"--ctdir cannot be inverted (! --ctdir {ctdir[2]}); write --ctdir {other}")
     if ctdir is not None and ctdir[2] not in ("ORIGINAL", "REPLY"):
         raise NetfilterError(f"--ctdir {ctdir[2]!r}: expected ORIGINAL or REPLY")
     return Conntrack(
