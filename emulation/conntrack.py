@@ -41,6 +41,7 @@ FlowKey = tuple[int, int, int, int, int, str]
 UDP_STREAM_AFTER_S = 2.0
 #: Expired entries removed at most per confirmed entry.
 SWEEP_PER_CONFIRM = 4
+_NEVER = float("inf")
 
 
 def timeout_s(proto: str, seen_reply: bool, age_s: float) -> float:
@@ -204,7 +205,13 @@ class ConntrackTable:
                 bysource[skey] = [row]
         now = self.clock.now()
         if old is None:  # a refreshed entry keeps its flow's place (see _sweep)
-            self._enqueue(row, now)
+            last_length, queue = self._last
+            if abs(expires_s - now - last_length) < 0.0005:  # _enqueue's common case, inline
+                queue.append(row)
+                if expires_s < self._due:
+                    self._due = expires_s
+            else:
+                self._enqueue(row, now)
         if self._due <= now:
             self._sweep(now)
 
@@ -233,7 +240,7 @@ class ConntrackTable:
         by_key = self._by_key
         budget = SWEEP_PER_CONFIRM
         requeue: list[_Row] = []
-        due = float("inf")
+        due = _NEVER
         for queue in self._queues.values():
             while queue and budget:
                 row = queue[0]

@@ -61,6 +61,12 @@ def _zero() -> int:
     return 0
 
 
+def _sampler(rand: Callable[[], float] | None) -> Callable[[float], bool]:
+    """Sample mode's oracle: a draw of probability ``p`` holds when ``rand() < p``."""
+    assert rand is not None, "an oracle or a generator is needed"
+    return lambda p: rand() < p
+
+
 def _no_draw(p: float) -> bool:
     raise AssertionError("a recorded path's effects draw no random numbers")
 
@@ -255,7 +261,7 @@ class Netns:
                 ``in_interface`` is not one of the node's.
         """
         rand = rng.random
-        outcome, effects, commit = self._evaluate(packet, lambda p: rand() < p, trace, rand)
+        outcome, effects, commit = self._evaluate(packet, None, trace, rand)
         if isinstance(effects, list):  # replayed from the flow cache: count its segments
             nbytes = packet.length
             dirty = self._flows.dirty  # type: ignore[union-attr]
@@ -329,13 +335,15 @@ class Netns:
     def _evaluate(
         self,
         packet: Packet,
-        oracle: Callable[[float], bool],
+        oracle: Callable[[float], bool] | None,
         tracing: bool,
         rand: Callable[[], float] | None = None,
     ) -> tuple[Outcome, Ctx | list[Segment], Callable[[], None] | None]:
         """One packet's outcome, what to count (the walk's context, or the flow cache segments
         it replayed) and what to commit to conntrack. ``rand``, in sample mode, is the random
         source behind ``oracle`` (a draw of probability ``p`` is ``rand() < p``)."""
+        # In sample mode ``oracle`` may be None: a replay needs only ``rand``, and a walk's
+        # context makes the oracle from it (see _ctx).
         version, src = parse_address(packet.src)
         _, dst = parse_address(packet.dst)
         if version != self.ruleset.version:
@@ -395,6 +403,7 @@ class Netns:
                     child = seg.tail
                     exits.append(~i)
             else:
+                assert oracle is not None
                 for p in seg.ps:
                     if oracle(p):
                         child = seg.kids[i]
@@ -415,10 +424,11 @@ class Netns:
                     taken += [False] * i
                     taken.append(True)
             made = iter(taken)
+            fresh = oracle if oracle is not None else _sampler(rand)
 
             def resumed(p: float) -> bool:
                 c = next(made, None)
-                return oracle(p) if c is None else c
+                return fresh(p) if c is None else c
 
             ctx = self._ctx(packet, version, src, dst, resumed, False, rand)
         else:
@@ -639,7 +649,7 @@ class Netns:
         version: int,
         src: int,
         dst: int,
-        oracle: Callable[[float], bool],
+        oracle: Callable[[float], bool] | None,
         tracing: bool,
         rand: Callable[[], float] | None = None,
     ) -> Ctx:
@@ -657,7 +667,7 @@ class Netns:
             syn=packet.syn,
             now=self.clock.now(),
             dyn=self.dynamic,
-            oracle=oracle,
+            oracle=oracle if oracle is not None else _sampler(rand),
             set_lookup=self.set_lookup,
             tracing=tracing,
             indexed=self.indexed,
