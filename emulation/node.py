@@ -248,7 +248,10 @@ class Node:
         """The address MASQUERADE picks on ``device`` for destination ``dst``.
 
         IPv4, as ``inet_select_addr``: a primary address of the device in the same subnet as
-        the next hop (or destination), else its first IPv4 address; ``None`` when it has none.
+        the next hop (or destination), else its first IPv4 address; when the device has none
+        (a Calico ``cali*`` veth, say), the first address of universe scope of any interface,
+        in interface order (loopback's 127/8, of host scope, never); ``None`` when no
+        interface has one.
 
         IPv6, as ``ipv6_dev_get_saddr`` (``nf_nat_masquerade_ipv6`` calls it with the packet's
         destination; the next hop plays no part): see :meth:`_source_address6`.
@@ -269,6 +272,12 @@ class Node:
                 first = host
             if net.contains(version, target):
                 return host
+        if first is None:  # inet_select_addr's no_in_dev walk over every device
+            for other in self.interfaces:
+                for text in other.addresses:
+                    net = parse_cidr(text)
+                    if net.version == 4 and not net.contains(4, 127 << 24):
+                        return text.partition("/")[0]
         return first
 
     def primary_address(self, device: str, version: int) -> str | None:

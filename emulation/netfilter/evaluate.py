@@ -61,6 +61,14 @@ def _zero() -> int:
     return 0
 
 
+def _martian_source4(src: int, dst: int) -> bool:
+    """An IPv4 source input routing refuses (ip_route_input_slow): multicast or the limited
+    broadcast; or 0.0.0.0/8, unless sent to the limited broadcast or from and to 0.0.0.0."""
+    if src >> 28 == 0xE or src == 0xFFFFFFFF:
+        return True
+    return src >> 24 == 0 and dst != 0xFFFFFFFF and not (src == 0 and dst == 0)
+
+
 def _sampler(rand: Callable[[], float] | None) -> Callable[[float], bool]:
     """Sample mode's oracle: a draw of probability ``p`` holds when ``rand() < p``."""
     assert rand is not None, "an oracle or a generator is needed"
@@ -496,6 +504,7 @@ class Netns:
                     off=(off + 1) & 0xFFFF,
                     tried=1,
                     last=port,
+                    exhaustive=rand is None,
                 )
         elif low is None and addr == src and not table.taken((version, dst, dport, addr, sport, proto)):
             return sport, True  # a null binding, decided by one lookup: its own port, free
@@ -510,6 +519,7 @@ class Netns:
             taken=lambda p: table.taken((version, dst, dport, addr, p, proto)),
             mappings=lambda: table.source_mappings(version, src, sport, proto),
             draw16=(lambda: int(rand() * 65536)) if rand is not None else _zero,
+            exhaustive=rand is None,
         )
 
     def _summarize(self, packet: Packet, version: int, segments: list[Segment]) -> Summary:
@@ -692,6 +702,7 @@ class _Path:
         self.pending_dst: tuple[int, int] | None = None
         self.known_new = False  # the flow cache found no conntrack entry for it already
         self.summarizing = False  # redoing a recorded path on a probe (see Netns._summarize)
+        self.confirmed = False  # a new flow's entry was confirmed before the path ended
         #: The source mapping the path asked for (a SourceRange), set while summarizing.
         self.source_range: SourceRange | None = None
 
@@ -728,6 +739,8 @@ class _Path:
         route = node.route(ctx.version, ctx.dst)
         if ctx.iif != "lo" and not node.route_localnet and _loopback(ctx.version, ctx.dst):
             return self._done("DROP", "none", None, "martian destination 127.0.0.0/8 after DNAT")
+        if ctx.version == 4 and ctx.iif != "lo" and _martian_source4(ctx.src, ctx.dst):
+            return self._done("DROP", "none", None, "martian source (multicast, broadcast or 0.0.0.0/8)")
         if route.kind in ("local", "broadcast", "multicast"):
             return self._input()
         if route.kind != "unicast":
@@ -771,6 +784,7 @@ class _Path:
         dropped = self._apply_snat("lo", None)
         if dropped is not None:
             return self._done("DROP", "none", None, dropped)
+        self.confirmed = True  # confirmed at POSTROUTING, before the loop back (see _done)
         ctx.iif, ctx.oif = "lo", None
         if ctx.rec is not None:
             ctx.rec.op(flowcache.IIF, "lo")
@@ -943,7 +957,13 @@ class _Path:
             trace=tuple(ctx.trace),
         )
         commit = None
-        if verdict == "ACCEPT":
+        # A new flow's entry is confirmed when its packet leaves the last hook (ipv4_confirm),
+        # so only an accepted packet makes one, or a packet of the node to itself that
+        # POSTROUTING let through (confirmed before it loops back over lo, so a DROP or REJECT
+        # in INPUT leaves it). An existing entry is updated when conntrack sees the packet, at
+        # PREROUTING or OUTPUT (nf_conntrack_in: IPS_SEEN_REPLY, nf_ct_refresh_acct; a CONNMARK
+        # writes ct->mark at once), whatever later rules decide.
+        if verdict == "ACCEPT" or self.confirmed or (self.entry is not None and not self.new_flow):
             commit = self._commit_fn()
         return outcome, ctx, commit
 

@@ -102,6 +102,10 @@ TAIL = -1
 Op = tuple[int, object]
 
 
+#: The IPv4 prefixes the evaluator's martian checks test the source against (127.0.0.0/8;
+#: multicast, limited broadcast and 0.0.0.0/8 at input routing).
+_MARTIAN_SOURCES4 = ((127 << 24, 8), (0xE0000000, 4), (0xFFFFFFFF, 32), (0, 8))
+
 #: What a rule reads when it reads no more than the always-keyed fields (one object: the
 #: walks skip telling the recorder about such rules).
 NOTHING: Deps = (0, 0, ())
@@ -381,8 +385,9 @@ class Recorder:
         self.width = 32 if ctx.version == 4 else 128
         self.bits = 0
         self.flags = 0
-        if ctx.version == 4:  # the martian check compares the source with 127.0.0.0/8
-            self._compare(127 << 24, 8)
+        if ctx.version == 4:  # the martian checks compare the source with these prefixes
+            for network, prefix in _MARTIAN_SOURCES4:
+                self._compare(network, prefix)
         self.live = True
         self.done = False
         self.ops: list[Op] = []

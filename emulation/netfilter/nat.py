@@ -26,7 +26,8 @@ MASQUERADE and kube-proxy's rules give), with ``random`` meaning ``--random`` or
 
 Destination NAT never changes the port it was given (``DNAT --to-destination ADDR:PORT`` is a
 range of one port, kept even when taken). ICMP ids are not remapped here (the kernel remaps
-them like ports, in 0-65535): their flows keep their id, and a clash replaces the older entry.
+them like ports, in 0-65535): their flows keep their id, and on a clash the newer entry takes
+the shared reply tuple (replies go to it; the older keeps its original tuple).
 
 Kernels since 6.8 test the flow's own tuple (step 1) with ``nf_nat_used_tuple_new``, which
 lets a UDP flow keep its port when its only clash is the reverse of a flow that was not
@@ -34,8 +35,9 @@ NATed (two peers opening to each other at once); that nuance is not modelled: su
 port is remapped here.
 
 The random offset comes from ``draw16`` (the sample generator in
-:meth:`~emulation.netfilter.Netns.send`; a fixed 0 in ``enumerate``, which does not branch on
-port choices).
+:meth:`~emulation.netfilter.Netns.send`). ``enumerate`` does not branch on port choices: it
+takes offset 0 and searches the whole range once, so it reports a drop only when no port is
+free (the kernel's rounds from random offsets miss a free port only by rare bad luck).
 """
 
 from __future__ import annotations
@@ -74,11 +76,14 @@ def search_ports(
     off: int | None = None,
     tried: int = 0,
     last: int = 0,
+    exhaustive: bool = False,
 ) -> tuple[int, bool]:
     """``nf_nat_l4proto_unique_tuple``'s search: rounds of consecutive ports from random
     offsets (see the module docstring); ``(port, free)``. ``off`` and ``tried``: the first
-    round's offset and how many of its ports were already tried (``last`` the last of them)."""
-    attempts = min(size, MAX_ATTEMPTS)
+    round's offset and how many of its ports were already tried (``last`` the last of them).
+    ``exhaustive``: one round over the whole range instead (``enumerate``: a port is found
+    whenever one is free, as the kernel's random rounds almost always find it)."""
+    attempts = size if exhaustive else min(size, MAX_ATTEMPTS)
     if off is None:
         off = draw16()
     port, i = last, tried
@@ -107,6 +112,7 @@ def choose_source_port(
     taken: Callable[[int], bool],
     mappings: Callable[[], Iterable[tuple[int, int]]],
     draw16: Callable[[], int],
+    exhaustive: bool = False,
 ) -> tuple[int, bool]:
     """The source port of a flow mapped to ``addr``, and whether its reply tuple is free.
 
@@ -121,6 +127,7 @@ def choose_source_port(
         mappings: the ``(address, port)`` mappings existing entries of the same original
             source got, most recent first (``find_appropriate_src``'s walk of its bucket).
         draw16: a random integer in 0..65535.
+        exhaustive: search the whole range once from ``draw16()`` (see :func:`search_ports`).
 
     Returns:
         ``(port, free)``; ``free`` is False when no port in the range was free (the kernel
@@ -155,4 +162,4 @@ def choose_source_port(
     if proto not in PORTED:
         return sport, True  # ICMP ids are not remapped here (see the module docstring)
     first, size = port_range(sport, low, high)
-    return search_ports(first, size, taken, draw16)
+    return search_ports(first, size, taken, draw16, exhaustive=exhaustive)
