@@ -28,7 +28,8 @@ __all__ = ["build_parser", "main"]
 _MODES = ("userspace", "iptables")
 #: Userspace-only flags: (flag, attribute); given in iptables mode they are ignored with a warning.
 _USERSPACE_ONLY = (("--bind-address", "bind_address"), ("--loopback-block", "loopback_block"),
-                   ("--address-map", "address_map"), ("--udp-timeout", "udp_timeout"))
+                   ("--address-map", "address_map"), ("--udp-timeout", "udp_timeout"),
+                   ("--drain-timeout", "drain_timeout"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="write the address table as JSON to FILE at every change")
     us.add_argument("--udp-timeout", default=None, metavar="D",
                     help="idle timeout of a UDP session (default 30s)")
-    us.add_argument("--drain-timeout", default="10s", metavar="D",
-                    help="on SIGINT/SIGTERM, how long open connections may finish (default 10s)")
+    us.add_argument("--drain-timeout", default=None, metavar="D",
+                    help="on SIGINT/SIGTERM, how long open connections may finish (default 10s; the "
+                         "iptables mode holds no connections)")
     sync = run.add_argument_group("sync")
     sync.add_argument("--min-sync-period", default=None, metavar="D",
                       help="minimum time between syncs (default 1s, or --config's)")
@@ -146,7 +148,7 @@ def _warn_ignored(mode: str, given: Sequence[str]) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from kproxy.config.flags import build_source, merge_config, node_facts, node_watch, observability_options
-    from kproxy.config.kubeproxy import check_nodeport_addresses
+    from kproxy.config.kubeproxy import nodeport_addresses_flag
     from kproxy.daemon import UserspaceOptions, serve
     from kproxy.sources.kube import default_hostname
 
@@ -154,13 +156,14 @@ def _run(args: argparse.Namespace) -> int:
     iptables_given = _given(args, _IPTABLES_ONLY)
     merge_config(args)  # also settles --proxy-mode (the flag, else --config's mode, else userspace)
     if args.nodeport_addresses is not None:  # kube-proxy validates it whatever the mode
-        check_nodeport_addresses([p for p in args.nodeport_addresses.split(",") if p.strip()],
-                                 name="--nodeport-addresses")
+        nodeport_addresses_flag(args.nodeport_addresses)
     _warn_ignored(args.proxy_mode, iptables_given if args.proxy_mode == "userspace" else userspace_given)
     if args.loopback_block is None:
         args.loopback_block = "127.0.0.0/8"
     if args.udp_timeout is None:
         args.udp_timeout = "30s"
+    if args.drain_timeout is None:
+        args.drain_timeout = "10s"
     if args.kernel is None:
         args.kernel = "emulated"
 

@@ -13,9 +13,10 @@ import argparse
 import ipaddress
 import socket
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from kproxy.config.kubeproxy import check_nodeport_addresses
+from kproxy.config.kubeproxy import nodeport_addresses_flag
 from kproxy.errors import ConfigError
 from kproxy.model import EndpointSlice, IPFamily, NodeConfig, Service, Snapshot, build_snapshot
 from kproxy.modes.iptables import IptablesConfig, render_full
@@ -30,8 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "IPVS_SECTION_PREFIX", "add_cluster_flags", "add_parser", "config_from_args", "family_of_args",
-    "iptables_run_options", "ipvs_config_from_args", "ipvs_only_flags_given", "nodeport_addresses", "run",
-    "snapshot_from_args", "warn_unused_ipvs_flags",
+    "flags_given", "iptables_run_options", "ipvs_config_from_args", "ipvs_only_flags_given",
+    "nodeport_addresses", "run", "snapshot_from_args", "warn_ignored_flags", "warn_unused_ipvs_flags",
 ]
 
 
@@ -56,7 +57,7 @@ def add_cluster_flags(parser: argparse.ArgumentParser, *, manifests_required: bo
     ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
                      help="addresses NodePorts answer on: CIDRs (IP/32 for one address) or primary "
                           "(default: every local address)")
-    ipt.add_argument("--iptables-masquerade-bit", type=int, default=14, metavar="BIT",
+    ipt.add_argument("--iptables-masquerade-bit", type=int, default=None, metavar="BIT",
                      help="the fwmark bit marking packets for SNAT (default 14: 0x00004000)")
     ipvs = parser.add_argument_group("ipvs mode (ignored with a warning in iptables mode)")
     ipvs.add_argument("--ipvs-scheduler", default=None, metavar="NAME",
@@ -68,12 +69,16 @@ def _csv(text: str | None) -> tuple[str, ...]:
 
 
 def nodeport_addresses(text: str | None) -> tuple[str, ...]:
-    """``--nodeport-addresses``: CIDRs, or ``primary`` alone (kube-proxy's validation).
+    """``--nodeport-addresses``: CIDRs, or ``primary`` alone, split and checked as kube-proxy does.
+
+    Returns:
+        The canonical values; ``()`` when the flag is absent or ``""`` (every local address).
 
     Raises:
-        ConfigError: naming the flag and the bad value (a bare IP is not taken as ``/32``).
+        ConfigError: naming the flag and the bad value (a bare IP is not taken as ``/32``; blanks
+            and empty elements are kept, as pflag keeps them, so they are errors too).
     """
-    return check_nodeport_addresses(_csv(text), name="--nodeport-addresses")
+    return () if text is None else nodeport_addresses_flag(text)
 
 
 #: Flags only the ipvs mode uses: (flag, attribute). The iptables group's flags are all used by
@@ -91,11 +96,28 @@ def warn_unused_ipvs_flags(args: argparse.Namespace) -> None:
 
     kube-proxy accepts and ignores them too, so this is a warning, never an error.
     """
-    given = ipvs_only_flags_given(args)
-    if given:
+    warn_ignored_flags(ipvs_only_flags_given(args), only="--proxy-mode ipvs", why="ignored in iptables mode")
+
+
+def warn_ignored_flags(given: Sequence[str], *, why: str, only: str | None = None) -> None:
+    """Warn on stderr, in one line, that the flags ``given`` have no effect here (nothing if none).
+
+    The line reads ``kproxy: warning: FLAGS only apply to ONLY; WHY`` when ``only`` is given,
+    else ``kproxy: warning: FLAGS ignored: WHY``.
+    """
+    if not given:
+        return
+    names = given[0] if len(given) == 1 else f"{', '.join(given[:-1])} and {given[-1]}"
+    if only is not None:
         verb = "applies" if len(given) == 1 else "apply"
-        print(f"kproxy: warning: {' and '.join(given)} only {verb} to --proxy-mode ipvs; "
-              "ignored in iptables mode", file=sys.stderr)
+        print(f"kproxy: warning: {names} only {verb} to {only}; {why}", file=sys.stderr)
+    else:
+        print(f"kproxy: warning: {names} ignored: {why}", file=sys.stderr)
+
+
+def flags_given(args: argparse.Namespace, flags: Sequence[tuple[str, str]]) -> list[str]:
+    """The flags of ``flags`` ((flag, attribute) pairs) given: their value is not None, False or []."""
+    return [flag for flag, attr in flags if getattr(args, attr, None) not in (None, False, [])]
 
 
 #: Configuration fields and the flags that set them, for error messages.
@@ -151,7 +173,7 @@ def config_from_args(args: argparse.Namespace, family: IPFamily) -> IptablesConf
         node_ips=tuple(args.node_ip),
         cluster_cidr=_cluster_cidrs(args.cluster_cidr),
         masquerade_all=bool(args.masquerade_all),
-        masquerade_bit=args.iptables_masquerade_bit,
+        masquerade_bit=14 if args.iptables_masquerade_bit is None else args.iptables_masquerade_bit,
         nodeport_addresses=nodeport_addresses(args.nodeport_addresses),
     )
 
@@ -250,7 +272,8 @@ def iptables_run_options(args: argparse.Namespace, options: UserspaceOptions) ->
         node_ips=tuple(getattr(args, "node_ip", None) or ()),
         cluster_cidr=_cluster_cidrs(getattr(args, "cluster_cidr", None)),
         masquerade_all=bool(getattr(args, "masquerade_all", False)),
-        masquerade_bit=getattr(args, "iptables_masquerade_bit", None) or 14,
+        masquerade_bit=14 if getattr(args, "iptables_masquerade_bit", None) is None
+        else args.iptables_masquerade_bit,
         nodeport_addresses=nodeport_addresses(getattr(args, "nodeport_addresses", None)),
     )
     return IptablesRunOptions(config=config, kernel=args.kernel,

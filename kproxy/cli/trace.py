@@ -28,8 +28,10 @@ from emulation.netfilter import Netns, Ruleset, load
 from kproxy.cli.render import (
     add_cluster_flags,
     config_from_args,
+    flags_given,
     ipvs_config_from_args,
     snapshot_from_args,
+    warn_ignored_flags,
     warn_unused_ipvs_flags,
 )
 from kproxy.errors import ConfigError, KernelError
@@ -59,6 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "endpoints it may reach with their probabilities, whether it is masqueraded, "
                     "and every rule it matched.")
     add_cluster_flags(parser, manifests_required=False)
+    parser.set_defaults(proxy_mode=None)  # iptables, or ipvs with --ipvs-dump: see _check_sources
     parser.add_argument("--iptables-save", default=None, metavar="FILE",
                         help="a node's iptables-save (or iptables-save -c) output, instead of --manifests "
                              "(with --ipvs-dump: the node's remaining iptables rules)")
@@ -140,27 +143,70 @@ def _trace_ipvs(args: argparse.Namespace, family: IPFamily) -> TraceResult:
     return trace_ipvs(node, packet, connections=connections, zero_builtin_lines=True)
 
 
-def trace_from_args(args: argparse.Namespace) -> TraceResult:
-    """Build the node the flags describe and trace the packet through it.
+#: Flags that shape rendered rules: with a node's dump they have no effect (it holds the rules).
+_RENDER_FLAGS = (("--hostname-override", "hostname_override"), ("--cluster-cidr", "cluster_cidr"),
+                 ("--masquerade-all", "masquerade_all"), ("--nodeport-addresses", "nodeport_addresses"),
+                 ("--iptables-masquerade-bit", "iptables_masquerade_bit"))
 
-    Raises:
-        ConfigError: bad flags, neither or both of ``--manifests`` and ``--iptables-save`` (or
-            ``--ipvs-dump``), an unreadable dump.
-        KernelError: the rendered rules do not load (a bug: please report it).
-        SourceError: a manifest path does not exist.
+
+def _check_sources(args: argparse.Namespace) -> str:
+    """Refuse a combination of rule sources and ``--proxy-mode`` that means nothing; return the mode.
+
+    Accepted: ``--manifests`` (either mode, default iptables); ``--iptables-save`` alone
+    (iptables mode); ``--ipvs-dump`` with optional ``--ipset-save`` and ``--iptables-save`` (the
+    node's remaining iptables rules; ipvs mode, implied).
     """
+    mode: str | None = args.proxy_mode
     if args.ipvs_dump and args.manifests:
         raise ConfigError("give either --manifests PATH... or --ipvs-dump FILE, not both")
     if args.ipset_save and not args.ipvs_dump:
         raise ConfigError("--ipset-save goes with --ipvs-dump FILE")
+    if args.ipvs_dump and mode == "iptables":
+        raise ConfigError("--ipvs-dump FILE is an ipvs node's dump and implies --proxy-mode ipvs: drop "
+                          "--proxy-mode iptables (to trace an iptables node, give its iptables-save "
+                          "output with --iptables-save FILE alone)")
     if not args.ipvs_dump and bool(args.manifests) == bool(args.iptables_save):
         raise ConfigError("give either --manifests PATH... or --iptables-save FILE (exactly one), "
                           "or --ipvs-dump FILE")
+    if args.iptables_save and not args.ipvs_dump and mode == "ipvs":
+        raise ConfigError("--proxy-mode ipvs cannot trace --iptables-save FILE alone: an ipvs node's "
+                          "Services are in IPVS, not in iptables. Give the node's ipvsadm-save -n output "
+                          "with --ipvs-dump FILE (its iptables-save output stays with --iptables-save, its "
+                          "ipset save output goes with --ipset-save), or --manifests PATH... to render "
+                          "the rules; or drop --proxy-mode ipvs to trace an iptables node's dump")
+    return "ipvs" if args.ipvs_dump else mode or "iptables"
+
+
+def trace_from_args(args: argparse.Namespace) -> TraceResult:
+    """Build the node the flags describe and trace the packet through it.
+
+    With a node's dump (``--iptables-save`` or ``--ipvs-dump``) the flags that shape rendered
+    rules (``--hostname-override``, ``--cluster-cidr``, ``--masquerade-all``,
+    ``--nodeport-addresses``, ``--iptables-masquerade-bit``, and ``--ipvs-scheduler``) have no
+    effect; any given is named in one warning line on stderr.
+
+    Raises:
+        ConfigError: bad flags, neither or both of ``--manifests`` and ``--iptables-save`` (or
+            ``--ipvs-dump``), ``--ipvs-dump`` with ``--proxy-mode iptables``, ``--iptables-save``
+            alone with ``--proxy-mode ipvs``, an unreadable dump.
+        KernelError: the rendered rules do not load (a bug: please report it).
+        SourceError: a manifest path does not exist.
+    """
+    mode = _check_sources(args)
     dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
     family = IPFamily.IPv6 if ipaddress.ip_address(dst_ip).version == 6 else IPFamily.IPv4
-    if args.ipvs_dump or args.proxy_mode == "ipvs":
+    if mode == "iptables":
+        warn_unused_ipvs_flags(args)
+    if args.ipvs_dump:
+        ignored = flags_given(args, (*_RENDER_FLAGS, ("--ipvs-scheduler", "ipvs_scheduler")))
+        warn_ignored_flags(ignored, why="--ipvs-dump FILE is a node's dump, which already holds the "
+                                        "rules they would shape")
+    elif args.iptables_save:
+        warn_ignored_flags(flags_given(args, _RENDER_FLAGS),
+                           why="--iptables-save FILE is a node's dump, which already holds the rules they "
+                               "would shape")
+    if mode == "ipvs":
         return _trace_ipvs(args, family)
-    warn_unused_ipvs_flags(args)
     packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
     if args.iptables_save:
         netns = _netns_from_dump(args.iptables_save, packet.version, list(args.node_ip))

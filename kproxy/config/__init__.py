@@ -10,6 +10,7 @@ from kproxy.config.kubeproxy import (
     default_configuration,
     dump_configuration,
     load_configuration,
+    nodeport_addresses_flag,
     parse_configuration,
 )
 
@@ -23,5 +24,6 @@ __all__ = [
     "default_configuration",
     "dump_configuration",
     "load_configuration",
+    "nodeport_addresses_flag",
     "parse_configuration",
 ]

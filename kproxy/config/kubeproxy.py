@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from kproxy.cli.durations import parse_duration
+from kproxy.config.goparse import CsvError, parse_cidr_sloppy, parse_ip_sloppy, read_csv_record
 from kproxy.errors import ConfigError
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "default_configuration",
     "dump_configuration",
     "load_configuration",
+    "nodeport_addresses_flag",
     "parse_configuration",
 ]
 
@@ -242,51 +244,76 @@ def _validate_ip(value: str, path: str, source: str) -> None:
 def check_nodeport_addresses(values: Sequence[str], *, name: str) -> tuple[str, ...]:
     """kube-proxy's rule for ``nodePortAddresses`` / ``--nodeport-addresses``: CIDRs, or ``primary`` alone.
 
-    As ``validateKubeProxyNodePortAddress`` (``pkg/proxy/apis/config/validation``): every value
-    is an address with a ``/prefix`` (host bits may be set, as Go's ``ParseCIDR`` allows), or the
-    single value ``primary``. A bare address is refused, not taken as ``/32``.
+    As ``validateKubeProxyNodePortAddress`` (``pkg/proxy/apis/config/validation``): each value,
+    taken exactly as given (no blanks stripped, no empty value dropped), is ``primary`` as the
+    only value, or a CIDR that ``netutils.ParseCIDRSloppy`` reads (host bits may be set, IPv4
+    octets may have leading zeros; no IPv6 zone). A bare address is refused, not taken as ``/32``.
 
     Args:
-        values: the values, already split at commas.
+        values: the values, already split (see :func:`nodeport_addresses_flag` for the flag).
         name: what an error names: the flag, or the file and field.
 
     Returns:
-        The values, stripped of surrounding blanks.
+        The values, each CIDR spelled canonically (``010.0.0.0/8`` becomes ``10.0.0.0/8``; host
+        bits are kept).
 
     Raises:
-        ConfigError: a value that is not a CIDR (a bare IP gets the ``/32``/``/128`` spelling
-            as the fix), or ``primary`` together with other values.
+        ConfigError: a value that is not such a CIDR (the message gives its position and the
+            likely fix), or ``primary`` together with other values.
     """
-    out = tuple(v.strip() for v in values)
-    if NODEPORT_ADDRESSES_PRIMARY in out:
-        if len(out) > 1:
-            raise ConfigError(f"{name}: {NODEPORT_ADDRESSES_PRIMARY!r} cannot be combined with CIDRs, "
-                              f"got {','.join(out)!r}; give either CIDRs or \"primary\" alone")
-        return out
-    for value in out:
-        hint = _cidr_problem(value)
-        if hint is not None:
+    out = []
+    for position, value in enumerate(values, start=1):
+        if value == NODEPORT_ADDRESSES_PRIMARY:
+            if len(values) != 1:
+                raise ConfigError(f"{name}: {NODEPORT_ADDRESSES_PRIMARY!r} cannot be combined with CIDRs, "
+                                  f"got {','.join(values)!r}; give either CIDRs or \"primary\" alone")
+            return (NODEPORT_ADDRESSES_PRIMARY,)
+        parsed = parse_cidr_sloppy(value) if isinstance(value, str) else None
+        if parsed is None:
+            where = f" at position {position}" if len(values) > 1 else ""
             raise ConfigError(f"{name}: expected CIDRs such as 192.168.0.0/24, or \"primary\"; "
-                              f"got {value!r}{hint}")
-    return out
+                              f"got {value!r}{where}{_cidr_problem(value)}")
+        out.append(f"{parsed[0]}/{parsed[1]}")
+    return tuple(out)
 
 
-def _cidr_problem(value: str) -> str | None:
-    """None when ``value`` is ``ADDRESS/PREFIXLEN``, else a hint for the message (maybe ``""``)."""
+def nodeport_addresses_flag(text: str, *, name: str = "--nodeport-addresses") -> tuple[str, ...]:
+    """``--nodeport-addresses TEXT`` as kube-proxy reads it: one CSV record, then validated.
+
+    pflag's ``StringSliceVar`` splits the value with ``encoding/csv``: at commas only, keeping
+    blanks and empty elements (``"10.0.0.0/8,"`` has an empty second element, which is not a
+    CIDR); ``""`` is the empty list (every local address).
+
+    Raises:
+        ConfigError: malformed CSV, or a value :func:`check_nodeport_addresses` refuses.
+    """
+    try:
+        values = read_csv_record(text)
+    except CsvError as err:
+        raise ConfigError(f"{name}: {text!r} is not a comma-separated list: {err}") from None
+    return check_nodeport_addresses(values, name=name)
+
+
+def _cidr_problem(value: object) -> str:
+    """A hint on why ``value`` is not a CIDR kube-proxy takes (maybe ``""``)."""
+    if not isinstance(value, str):
+        return " (expected a string)"
+    if value == "":
+        return " (an empty element: remove the trailing or doubled comma)"
+    if value != value.strip():
+        return (" (kube-proxy splits at commas only and keeps blanks: write the list without spaces, "
+                "such as 10.0.0.0/8,192.168.0.0/16)")
     address, slash, prefix = value.partition("/")
+    if "%" in address:
+        return " (an IPv6 zone such as %eth0 is not allowed in a CIDR)"
     if not slash:
-        try:
-            ip = ipaddress.ip_address(address)
-        except ValueError:
+        ip = parse_ip_sloppy(address)
+        if ip is None:
             return ""
         return f" (a bare address is not a CIDR: write {ip}/{ip.max_prefixlen} for this one address)"
     if not prefix.isdigit():  # Go's ParseCIDR takes a prefix length, not a netmask
         return " (the prefix must be a length such as /24)"
-    try:
-        ipaddress.ip_network(value, strict=False)
-    except ValueError:
-        return ""
-    return None
+    return ""
 
 
 def parse_configuration(raw: Any, *, source: str = "") -> KubeProxyConfiguration:
@@ -321,8 +348,8 @@ def parse_configuration(raw: Any, *, source: str = "") -> KubeProxyConfiguration
         group, field = path.split(".")
         if doc[group][field] < 0:
             raise _err(source, path, f"must be >= 0, got {doc[group][field]}")
-    check_nodeport_addresses(doc["nodePortAddresses"],
-                             name=f"{source}: nodePortAddresses" if source else "nodePortAddresses")
+    doc["nodePortAddresses"] = list(check_nodeport_addresses(
+        doc["nodePortAddresses"], name=f"{source}: nodePortAddresses" if source else "nodePortAddresses"))
     mode_table = {"ipvs": "ipvs", "nftables": "nftables"}.get(doc["mode"], "iptables")
     sync_s = parse_duration(doc[mode_table]["syncPeriod"])
     min_s = parse_duration(doc[mode_table]["minSyncPeriod"])
