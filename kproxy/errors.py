@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "CsvError",
     "InvalidArgument",
     "InvalidObject",
     "InvalidTransition",
@@ -26,6 +27,10 @@ class KproxyError(Exception):
 
 class ConfigError(KproxyError, ValueError):
     """A flag, option or configuration file is wrong; the message names it and the fix."""
+
+
+class CsvError(ConfigError):
+    """A comma-separated flag value Go's ``encoding/csv`` would refuse (the message is Go's)."""
 
 
 class InvalidArgument(KproxyError, TypeError):

@@ -18,16 +18,14 @@ from __future__ import annotations
 
 import ipaddress
 
+from kproxy.errors import CsvError
+
 __all__ = ["CsvError", "parse_cidr_sloppy", "parse_ip_sloppy", "read_csv_record"]
 
 #: Go's ``big`` in ``net/parse.go``: ``dtoi``/``xtoi`` give up at this value.
 _BIG = 0xFFFFFF
 _IPV4_LEN = 4
 _IPV6_LEN = 16
-
-
-class CsvError(ValueError):
-    """``encoding/csv`` refused the value (the message is Go's)."""
 
 
 def read_csv_record(text: str) -> list[str]:
