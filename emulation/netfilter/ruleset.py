@@ -16,9 +16,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from emulation.errors import NetfilterError
+from emulation.netfilter.matches import ProtoMatch
 from emulation.netfilter.parse import Command, Line, iter_commands, parse_rule
 from emulation.netfilter.rules import BUILTIN_CHAINS, TABLE_ORDER, Chain, Rule, Ruleset, Table, chain_order
-from emulation.netfilter.targets import Jump
+from emulation.netfilter.targets import Jump, Masquerade, Nat, Redirect, Reject, check_protocol
 
 __all__ = ["Counters", "apply_restore", "load", "save"]
 
@@ -168,6 +169,16 @@ def _apply_line(tx: _Tx, line: Line | Command, noflush: bool) -> None:
         return
 
 
+#: Targets whose options the kernel or iptables checks against the rule's ``-p``.
+_PROTOCOL_TARGETS = frozenset({Reject, Nat, Masquerade, Redirect})
+
+
+def _check_protocol(rule: Rule, version: int) -> None:
+    """``check_protocol`` for the rule's target and its ``[!] -p`` (load validation)."""
+    proto = next((m for m in rule.basic if isinstance(m, ProtoMatch)), None)
+    check_protocol(rule.target, proto.proto if proto else None, proto.negated if proto else False, version)
+
+
 def _apply_rule(tx: _Tx, line: Line | Command) -> None:
     chains = tx.chains(line.table)
     builtin = BUILTIN_CHAINS[line.table]
@@ -187,6 +198,8 @@ def _apply_rule(tx: _Tx, line: Line | Command) -> None:
             line=line.number,
             counters=counters,
         )
+        if line.op != "-D" and type(rule.target) in _PROTOCOL_TARGETS:
+            _check_protocol(rule, tx.version)
     except NetfilterError as e:
         raise _fail(line, str(e)) from None
     rules = tx.draft(line.table, line.chain).rules

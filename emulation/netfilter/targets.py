@@ -19,6 +19,7 @@ from emulation.netfilter.matches import Opt, parse_mark, parse_port_range
 from emulation.netfilter.tokens import quote
 
 __all__ = [
+    "NAT_PORT_PROTOCOLS",
     "REJECT_WITH",
     "TARGETS",
     "Connmark",
@@ -32,6 +33,8 @@ __all__ = [
     "Target",
     "UnknownTarget",
     "Verdict",
+    "check_protocol",
+    "reject_type",
 ]
 
 Verdict = str | tuple[str, str]
@@ -102,9 +105,11 @@ class Jump(Target):
 
 #: ``--reject-with`` types by IP version: canonical name -> (the alias iptables also takes, the
 #: code of the ICMP / ICMPv6 destination unreachable sent, ``None`` for ``tcp-reset``). Names
-#: from iptables' extensions/libipt_REJECT.c and libip6t_REJECT.c (``iptables-save`` prints the
-#: canonical one); codes from the kernel's ipt_REJECT.c ``reject_tg`` (ICMP_NET_UNREACH 0,
-#: HOST_UNREACH 1, PROT_UNREACH 2, PORT_UNREACH 3, NET_ANO 9, HOST_ANO 10, PKT_FILTERED 13) and
+#: and their order from ``reject_table`` in iptables' extensions/libipt_REJECT.c and
+#: libip6t_REJECT.c (``iptables-save`` prints the canonical one; the order decides which type
+#: an abbreviation means, see :func:`reject_type`); codes from the kernel's ipt_REJECT.c
+#: ``reject_tg`` (ICMP_NET_UNREACH 0, HOST_UNREACH 1, PROT_UNREACH 2, PORT_UNREACH 3, NET_ANO 9,
+#: HOST_ANO 10, PKT_FILTERED 13) and
 #: ip6t_REJECT.c ``reject_tg6`` (ICMPV6_NOROUTE 0, ADM_PROHIBITED 1, ADDR_UNREACH 3,
 #: PORT_UNREACH 4, POLICY_FAIL 5, REJECT_ROUTE 6).
 REJECT_WITH: dict[int, dict[str, tuple[str, int | None]]] = {
@@ -115,17 +120,17 @@ REJECT_WITH: dict[int, dict[str, tuple[str, int | None]]] = {
         "icmp-port-unreachable": ("port-unreach", 3),
         "icmp-net-prohibited": ("net-prohib", 9),
         "icmp-host-prohibited": ("host-prohib", 10),
-        "icmp-admin-prohibited": ("admin-prohib", 13),
         "tcp-reset": ("tcp-rst", None),
+        "icmp-admin-prohibited": ("admin-prohib", 13),
     },
     6: {
         "icmp6-no-route": ("no-route", 0),
         "icmp6-adm-prohibited": ("adm-prohibited", 1),
         "icmp6-addr-unreachable": ("addr-unreach", 3),
         "icmp6-port-unreachable": ("port-unreach", 4),
+        "tcp-reset": ("tcp-reset", None),
         "icmp6-policy-fail": ("policy-fail", 5),
         "icmp6-reject-route": ("reject-route", 6),
-        "tcp-reset": ("tcp-reset", None),
     },
 }
 _REJECT_CODES = {name: code for names in REJECT_WITH.values() for name, (_, code) in names.items()}
@@ -144,6 +149,7 @@ class Reject(Target):
 
     with_: str = "icmp-port-unreachable"
     name: ClassVar[str] = "REJECT"
+    tables: ClassVar[frozenset[str]] = frozenset({"filter"})
 
     def __post_init__(self) -> None:
         if self.with_ not in _REJECT_CODES:
@@ -179,13 +185,14 @@ class Nat(Target):
     pick within the range by a hash (``find_best_ips_proto``). DNAT takes the first port of
     a range; SNAT's port (kept when free and inside the range, else another) is chosen as
     :mod:`emulation.netfilter.nat` describes. A missing port keeps the packet's port (SNAT:
-    when free). Only in the nat table.
+    when free). ``:PORT`` alone (``addr`` None) keeps the packet's address. ``spec`` is the text
+    ip6tables-save prints: an IPv6 address in brackets only before a port. Only in the nat table.
     """
 
     kind: str  # DNAT or SNAT
     spec: str
     version: int
-    addr: int
+    addr: int | None  # None: ``:PORT`` alone, the packet keeps its address
     port: int | None
     flags: tuple[str, ...] = ()
     port_high: int | None = None  # the end of a ``:PORT-PORT`` range (else ``port``)
@@ -199,12 +206,13 @@ class Nat(Target):
         if self.version != ctx.version:
             return "DROP"
         if self.kind == "DNAT":
-            ctx.dnat = (self.addr, self.port if self.port is not None else ctx.dport)
+            addr = ctx.dst if self.addr is None else self.addr
+            ctx.dnat = (addr, self.port if self.port is not None else ctx.dport)
             ctx.dst, ctx.dport = ctx.dnat
         else:
             high = self.port if self.port_high is None else self.port_high
             rand_all = "--random" in self.flags or "--random-fully" in self.flags
-            ctx.snat = (self.addr, self.port, high, rand_all)
+            ctx.snat = (ctx.src if self.addr is None else self.addr, self.port, high, rand_all)
         return "ACCEPT"
 
     def save_args(self) -> list[str]:
@@ -389,17 +397,34 @@ def _simple(verdict: str) -> Callable[[list[Opt], int], Target]:
     return build
 
 
+def reject_type(given: str, version: int) -> str:
+    """The canonical ``--reject-with`` type ``given`` names, as ``REJECT_parse`` reads it.
+
+    libipt_REJECT.c / libip6t_REJECT.c take the first type, in table order, whose name or alias
+    starts with ``given`` ignoring case (``strncasecmp(name, arg, strlen(arg))``): ``tcp``,
+    ``TCP-RESET`` and ``tcp-rst`` are tcp-reset, ``icmp`` is icmp-net-unreachable (icmp6-no-route
+    for IPv6) and ``host`` is icmp-host-unreachable.
+
+    Raises:
+        NetfilterError: no type starts with ``given``.
+    """
+    want = given.lower()
+    for name, (alias, _) in REJECT_WITH[version].items():
+        if name.startswith(want) or alias.startswith(want):
+            return name
+    hint = " (echo-reply is no longer supported)" if "echo-reply".startswith(want) and version == 4 else ""
+    raise NetfilterError(
+        f"unknown reject type {given!r}{hint}; expected one of {list(REJECT_WITH[version])}, "
+        "their aliases, or a prefix of one"
+    )
+
+
 def _reject(opts: list[Opt], version: int) -> Target:
     o = _opts(opts)
-    default = "icmp-port-unreachable" if version == 4 else "icmp6-port-unreachable"
-    given = o.get("--reject-with") or default
-    for name, (alias, _) in REJECT_WITH[version].items():
-        if given in (name, alias):
-            return Reject(name)
-    raise NetfilterError(
-        f"--reject-with {given!r} is not an IPv{version} reject type; expected one of "
-        f"{sorted(REJECT_WITH[version])} (or their aliases)"
-    )
+    given = o.get("--reject-with")
+    if given is None:  # REJECT_init: port unreachable
+        return Reject("icmp-port-unreachable" if version == 4 else "icmp6-port-unreachable")
+    return Reject(reject_type(given, version))
 
 
 def _nat(kind: str) -> Callable[[list[Opt], int], Target]:
@@ -411,12 +436,18 @@ def _nat(kind: str) -> Callable[[list[Opt], int], Target]:
         if not spec:
             raise NetfilterError(f"{kind} needs {opt} ADDR[:PORT]")
         host, port_s = _split_hostport(spec)
-        v, addr = parse_address(host.partition("-")[0])
-        if v != version:
-            raise NetfilterError(f"{opt} {spec!r} is not an IPv{version} address")
+        if not host and not port_s:
+            raise NetfilterError(f"{kind} {opt} {spec!r}: expected ADDR[-ADDR][:PORT[-PORT]] or :PORT")
+        addr: int | None = None
+        if host:  # ``:PORT`` alone keeps the address (no NF_NAT_RANGE_MAP_IPS)
+            v, addr = parse_address(host.partition("-")[0])
+            if v != version:
+                raise NetfilterError(f"{opt} {spec!r} is not an IPv{version} address")
         port, high = parse_port_range(port_s.replace("-", ":")) if port_s else (None, None)
         flags = tuple(f for f in ("--random", "--random-fully", "--persistent") if f in o)
-        return Nat(kind, spec, v, addr, port, flags, None if high == port else high)
+        if version == 6 and spec.startswith("[") and not port_s:
+            spec = host  # ip6tables-save brackets an address only when a port follows
+        return Nat(kind, spec, version, addr, port, flags, None if high == port else high)
 
     return build
 
@@ -510,4 +541,50 @@ TABLE_ONLY = {
     "REDIRECT": "nat",
     "NOTRACK": "raw",
     "CT": "raw",
+    # ipt_REJECT.c / ip6t_REJECT.c register the target with .table = "filter".
+    "REJECT": "filter",
 }
+
+#: ``-p`` protocols a NAT port needs: iptables' DNAT/SNAT/MASQUERADE/REDIRECT extensions refuse
+#: others with "Need TCP, UDP, SCTP or DCCP with port specification". IPv4 also takes ICMP (its
+#: id is the "port"), and neither family looks at ``!`` (``! -p tcp ... :2000`` loads), as
+#: iptables-restore 1.8.9 (nf_tables and legacy) shows.
+NAT_PORT_PROTOCOLS = {4: frozenset({6, 17, 132, 33, 1}), 6: frozenset({6, 17, 132, 33})}
+
+
+#: ``-p`` names to protocol numbers (/etc/protocols), for :func:`check_protocol`.
+_PROTO_NUMBER = {
+    "tcp": 6, "udp": 17, "sctp": 132, "dccp": 33, "icmp": 1, "icmpv6": 58, "ipv6-icmp": 58,
+    "udplite": 136, "esp": 50, "ah": 51, "gre": 47, "mh": 135,
+}  # fmt: skip
+
+
+def check_protocol(target: Target | None, proto_text: str | None, negated: bool, version: int) -> None:
+    """Refuse a target whose options need a ``-p`` protocol the rule does not give.
+
+    Args:
+        proto_text: the rule's ``-p`` value as parsed (a lower-case name or a number), or
+            ``None`` without ``-p``; ``all`` and ``0`` are no protocol.
+        negated: whether it is ``! -p``.
+
+    Raises:
+        NetfilterError: ``--reject-with tcp-reset`` without ``-p tcp`` (or with ``! -p tcp``:
+            ``reject_tg_check`` in ipt_REJECT.c and ip6t_REJECT.c returns ``-EINVAL``), or a
+            NAT port without a protocol of :data:`NAT_PORT_PROTOCOLS` (iptables' own check).
+    """
+    number = int(proto_text) if proto_text and proto_text.isdigit() else None
+    proto = _PROTO_NUMBER.get(proto_text or "", number) or None  # ``-p all`` / ``-p 0``: None
+    if isinstance(target, Reject) and target.with_ == "tcp-reset" and (proto != 6 or negated):
+        raise NetfilterError(
+            f"--reject-with tcp-reset needs -p tcp (the kernel refuses it for "
+            f"{'! -p' if negated else '-p'} {proto_text or 'all'}); "
+            "add -p tcp or use an ICMP reject type"
+        )
+    has_port = (isinstance(target, Nat) and target.port is not None) or (
+        isinstance(target, (Masquerade, Redirect)) and target.to_ports is not None
+    )
+    if has_port and proto not in NAT_PORT_PROTOCOLS[version]:
+        raise NetfilterError(
+            f"{target.label if target is not None else ''}: Need TCP, UDP, SCTP or DCCP with port "
+            "specification; add -p tcp (or udp, sctp, dccp) before the target"
+        )

@@ -325,11 +325,11 @@ def test_reject_with_aliases_load_as_the_canonical_name() -> None:
     """``iptables-restore`` takes ``port-unreach`` and ``iptables-save`` prints ``icmp-port-unreachable``."""
     ns = netns(
         FILTER.format(
-            "-A INPUT -j REJECT --reject-with port-unreach\n-A INPUT -j REJECT --reject-with tcp-rst"
+            "-A INPUT -j REJECT --reject-with port-unreach\n-A INPUT -p tcp -j REJECT --reject-with tcp-rst"
         )
     )
     assert (
-        "-A INPUT -j REJECT --reject-with icmp-port-unreachable\n-A INPUT -j REJECT --reject-with tcp-reset"
+        "-A INPUT -j REJECT --reject-with icmp-port-unreachable\n-A INPUT -p tcp -j REJECT --reject-with tcp-reset"
         in ns.save()
     )
 

@@ -25,7 +25,7 @@ def nat_prerouting(rule: str) -> str:
 )
 def test_filter_verdicts(target: str, verdict: str) -> None:
     """ACCEPT, DROP and REJECT end the packet; LOG continues; RETURN in a built-in chain means policy."""
-    ns = netns(f"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -j {target}\nCOMMIT\n")
+    ns = netns(f"*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -p tcp -j {target}\nCOMMIT\n")
     assert ns.send(pkt(), RNG).verdict == verdict
 
 
@@ -52,7 +52,7 @@ def test_snat_in_postrouting() -> None:
     """SNAT rewrites the source of a forwarded packet."""
     text = (
         "*nat\n:PREROUTING ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n"
-        "-A POSTROUTING -o eth0 -j SNAT --to-source 192.168.0.2:1000\nCOMMIT\n"
+        "-A POSTROUTING -o eth0 -p tcp -j SNAT --to-source 192.168.0.2:1000\nCOMMIT\n"
     )
     out = netns(text).send(pkt(src="10.0.1.5", dst="8.8.8.8", in_interface="cni0"), RNG)
     assert (out.packet.src, out.packet.sport, out.snat, out.masquerade) == ("192.168.0.2", 1000, True, False)

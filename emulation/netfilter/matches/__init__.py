@@ -20,7 +20,8 @@ from emulation.netfilter.matches.base import (
 )
 from emulation.netfilter.matches.basic import AddressMatch, InterfaceMatch, ProtoMatch
 from emulation.netfilter.matches.conntrack import CT_STATES, Conntrack
-from emulation.netfilter.matches.header import Icmp, Multiport, Ports
+from emulation.netfilter.matches.header import Multiport, Ports
+from emulation.netfilter.matches.icmp import Icmp
 from emulation.netfilter.matches.meta import ADDR_TYPES, AddrType, Mark, SetMatch
 from emulation.netfilter.matches.modules import MODULES, OPTION_ALIASES, ModuleSpec
 from emulation.netfilter.matches.stateful import Recent, Statistic

@@ -1,4 +1,4 @@
-"""Transport header matches: ``-m tcp|udp|sctp`` ports and flags, ``-m multiport``, ``-m icmp``."""
+"""Transport header matches: ``-m tcp|udp|sctp`` ports and flags, ``-m multiport`` (icmp: icmp.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import ClassVar
 from emulation.netfilter.context import Ctx
 from emulation.netfilter.matches.base import Match, Pred, neg_word, port_text
 
-__all__ = ["Icmp", "Multiport", "Ports"]
+__all__ = ["Multiport", "Ports"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,23 +69,6 @@ class Ports(Match):
     @property
     def module(self) -> str:  # type: ignore[override]
         return self.proto
-
-
-@dataclass(frozen=True, slots=True)
-class Icmp(Match):
-    """``-m icmp --icmp-type T``: the emulated ICMP packet is always an echo request (type 8)."""
-
-    type_: str
-    negated: bool = False
-    module: ClassVar[str] = "icmp"
-
-    def test(self, ctx: Ctx, uid: int) -> bool | None:
-        if ctx.proto != "icmp":
-            return False
-        return (self.type_ in ("any", "8", "echo-request", "128")) != self.negated
-
-    def save_args(self) -> list[str]:
-        return [*neg_word(self.negated), "--icmp-type", self.type_]
 
 
 @dataclass(frozen=True, slots=True)

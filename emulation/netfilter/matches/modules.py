@@ -22,11 +22,15 @@ from emulation.netfilter.matches.base import (
     parse_port_range,
 )
 from emulation.netfilter.matches.conntrack import CT_STATES, Conntrack
-from emulation.netfilter.matches.header import Icmp, Multiport, Ports
+from emulation.netfilter.matches.header import Multiport, Ports
+from emulation.netfilter.matches.icmp import Icmp, parse_icmp_type
 from emulation.netfilter.matches.meta import ADDR_TYPES, AddrType, Mark, SetMatch
 from emulation.netfilter.matches.stateful import Recent, Statistic
 
-__all__ = ["MODULES", "OPTION_ALIASES", "ModuleSpec"]
+__all__ = ["MODULES", "OPTION_ALIASES", "STATE_STATES", "ModuleSpec"]
+
+#: The states ``-m state --state`` takes (libxt_state.c): ``--ctstate``'s without SNAT/DNAT.
+STATE_STATES = ("INVALID", "ESTABLISHED", "NEW", "RELATED", "UNTRACKED")
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +262,10 @@ def _state(opts: list[Opt], version: int) -> Match:
     st = _one(opts, "--state")
     if st is None:
         raise NetfilterError("state match needs --state LIST")
+    # libxt_state.c state_parse_states: SNAT and DNAT are conntrack-only ("Bad state").
+    bad = sorted(set((st[2] or "").upper().split(",")) - set(STATE_STATES))
+    if bad:
+        raise NetfilterError(f"Bad state {bad[0]!r} for -m state; expected some of {STATE_STATES}")
     return Conntrack(states=_states(st[2]), states_neg=st[1], legacy_state=True)
 
 
@@ -283,11 +291,22 @@ def _nfacct(opts: list[Opt], version: int) -> Match:
     return Nfacct(n[2])
 
 
-def _icmp(opts: list[Opt], version: int) -> Match:
-    t = _one(opts, "--icmp-type") or _one(opts, "--icmpv6-type")
-    if t is None:
-        raise NetfilterError("icmp match needs --icmp-type TYPE")
-    return Icmp(t[2] or "", t[1])
+def _icmp_for(module: str, option: str, family: int) -> Callable[[list[Opt], int], Match]:
+    """The builder of ``-m icmp`` (IPv4 only) or ``-m icmp6`` (IPv6 only), as iptables loads them."""
+
+    def build(opts: list[Opt], version: int) -> Match:
+        if version != family:
+            raise NetfilterError(
+                f"Couldn't load match `{module}' in IPv{version}; use "
+                f"{'-m icmp6 --icmpv6-type' if version == 6 else '-m icmp --icmp-type'}"
+            )
+        t = _one(opts, option)
+        if t is None or t[2] is None:
+            raise NetfilterError(f"{module} match needs {option} TYPE")
+        type_, codes = parse_icmp_type(t[2], version)
+        return Icmp(type_, codes, t[1], version)
+
+    return build
 
 
 MODULES: dict[str, ModuleSpec] = {
@@ -308,8 +327,8 @@ MODULES: dict[str, ModuleSpec] = {
     "sctp": ModuleSpec(
         {"--sport": 1, "--source-port": 1, "--dport": 1, "--destination-port": 1}, _ports("sctp")
     ),
-    "icmp": ModuleSpec({"--icmp-type": 1}, _icmp),
-    "icmp6": ModuleSpec({"--icmpv6-type": 1}, _icmp),
+    "icmp": ModuleSpec({"--icmp-type": 1}, _icmp_for("icmp", "--icmp-type", 4)),
+    "icmp6": ModuleSpec({"--icmpv6-type": 1}, _icmp_for("icmp6", "--icmpv6-type", 6)),
     "multiport": ModuleSpec(
         {"--sports": 1, "--dports": 1, "--ports": 1, "--source-ports": 1, "--destination-ports": 1},
         _multiport,
