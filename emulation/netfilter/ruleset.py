@@ -18,7 +18,16 @@ from dataclasses import dataclass, field, replace
 from emulation.errors import NetfilterError
 from emulation.netfilter.matches import ProtoMatch
 from emulation.netfilter.parse import Command, Line, iter_commands, parse_rule
-from emulation.netfilter.rules import BUILTIN_CHAINS, TABLE_ORDER, Chain, Rule, Ruleset, Table, chain_order
+from emulation.netfilter.rules import (
+    BUILTIN_CHAINS,
+    TABLE_ORDER,
+    Chain,
+    Rule,
+    Ruleset,
+    Table,
+    chain_order,
+    new_uid,
+)
 from emulation.netfilter.targets import Jump, Masquerade, Nat, Redirect, Reject, check_protocol
 
 __all__ = ["Counters", "apply_restore", "load", "save"]
@@ -75,6 +84,10 @@ class _Tx:
         }
         self.strict = strict
         self.counters = counters
+        #: Tables a line of this restore named (only they get the hook check at the end).
+        self.touched: set[str] = set()
+        #: Rules created by this restore have a larger uid (their input line is known).
+        self.first_uid = new_uid()
 
     def chains(self, table: str) -> dict[str, Chain | _Draft]:
         if table not in self.tables:
@@ -109,6 +122,7 @@ def _references(chains: dict[str, Chain | _Draft], name: str) -> list[str]:
 
 
 def _apply_line(tx: _Tx, line: Line | Command, noflush: bool) -> None:
+    tx.touched.add(line.table)
     if line.kind == "rule":
         _apply_rule(tx, line)
         return
@@ -227,6 +241,109 @@ def _apply_rule(tx: _Tx, line: Line | Command) -> None:
                 raise _fail(line, f"no rule '{spec}' in chain {line.chain} to delete")
 
 
+#: Netfilter hooks in their kernel order (``NF_INET_PRE_ROUTING`` = 0 ... ``NF_INET_POST_ROUTING``).
+_HOOKS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+_HOOK_BIT = {h: 1 << i for i, h in enumerate(_HOOKS)}
+_PRE, _IN, _FWD, _OUT, _POST = (1 << i for i in range(5))
+
+#: ``.hooks`` of the targets that have one (xt_nat.c, xt_MASQUERADE.c, xt_REDIRECT.c,
+#: ipt_REJECT.c / ip6t_REJECT.c); every other target may be used from any hook.
+_TARGET_HOOKS: dict[type, int] = {Masquerade: _POST, Redirect: _PRE | _OUT, Reject: _IN | _FWD | _OUT}
+_NAT_HOOKS = {"SNAT": _POST | _IN, "DNAT": _PRE | _OUT}
+_ALL = (1 << len(_HOOKS)) - 1
+
+
+def _hook_names(mask: int) -> str:
+    return "/".join(h for h in _HOOKS if mask & _HOOK_BIT[h])
+
+
+def _check_hooks(tx: _Tx, table: str, text: str) -> None:
+    """Refuse a rule whose target is not usable from a hook it can be reached from.
+
+    As the kernel at table load: ``mark_source_chains`` (ip_tables.c, ip6_tables.c) gives each
+    chain the set of built-in hooks it is reachable from through ``-j``/``-g`` (transitively;
+    a user chain reachable from none has an empty set), and ``xt_check_target`` (x_tables.c)
+    refuses a target with ``.hooks`` when that set is not inside them. One pass over the rules
+    finds the jumps and such targets; the graph is then walked from a built-in chain only when
+    some target in the table is refused from its hook (the exact masks are computed only to
+    word the error).
+    """
+    chains = tx.tables[table]
+    edges: dict[str, list[str]] = {}
+    groups: dict[int, set[str]] = {}  # allowed hooks -> chains holding such a target
+    nat, jump, hooks_of, nat_hooks = Nat, Jump, _TARGET_HOOKS, _NAT_HOOKS
+    for name, chain in chains.items():
+        out: list[str] | None = None
+        for r in chain.rules:
+            t = r.target
+            tt = type(t)
+            if tt is jump:
+                if out is None:
+                    out = edges[name] = []
+                out.append(t.chain)  # type: ignore[union-attr]
+            elif tt is nat or tt in hooks_of:
+                allowed = nat_hooks.get(t.kind, _ALL) if tt is nat else hooks_of[tt]  # type: ignore[union-attr]
+                group = groups.get(allowed)
+                if group is None:
+                    group = groups[allowed] = set()
+                group.add(name)
+    # Hooks from which the same targets are refused share one walk (nat's PREROUTING and
+    # OUTPUT both reach all of kube-proxy's chains): any refused chain reached means an error.
+    starts: dict[tuple[int, ...], list[str]] = {}
+    for hook in BUILTIN_CHAINS[table]:
+        refused = tuple(allowed for allowed in groups if not allowed & _HOOK_BIT[hook])
+        if refused:  # else every restricted target here is usable from this hook: no walk
+            starts.setdefault(refused, []).append(hook)
+    for refused, hooks in starts.items():
+        seen = _walk(edges, hooks)
+        if any(not seen.isdisjoint(groups[allowed]) for allowed in refused):
+            _refuse(tx, table, edges, text)
+
+
+def _walk(edges: dict[str, list[str]], starts: list[str]) -> set[str]:
+    """The chains reachable from ``starts`` (themselves included) through ``edges``."""
+    seen: set[str] = set()
+    stack = list(starts)
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        e = edges.get(name)
+        if e:
+            stack.extend(e)
+    return seen
+
+
+def _refuse(tx: _Tx, table: str, edges: dict[str, list[str]], text: str) -> None:
+    """Raise for the first (by input line) rule refused by the hook check (the slow path)."""
+    chains = tx.tables[table]
+    masks: dict[str, int] = {}
+    for hook in BUILTIN_CHAINS[table]:
+        for name in _walk(edges, [hook]):
+            masks[name] = masks.get(name, 0) | _HOOK_BIT[hook]
+    bad: list[tuple[Rule, int, int]] = []
+    for name, used in masks.items():
+        chain = chains.get(name)
+        for r in chain.rules if chain is not None else ():
+            t = r.target
+            if type(t) is Nat or type(t) in _TARGET_HOOKS:
+                allowed = _NAT_HOOKS.get(t.kind, _ALL) if isinstance(t, Nat) else _TARGET_HOOKS[type(t)]
+                if used & ~allowed:
+                    bad.append((r, used, allowed))
+    rule, used, allowed = min(bad, key=lambda b: b[0].line)
+    target = rule.target
+    tname = target.kind if isinstance(target, Nat) else target.name if target is not None else ""
+    prefix = "ip" if tx.version == 4 else "ip6"
+    message = (
+        f"{prefix}_tables: {tname} target: used from hooks {_hook_names(used)}, "
+        f"but only usable from {_hook_names(allowed)} (table {table}, chain {rule.chain})"
+    )
+    if rule.uid > tx.first_uid and 0 < rule.line <= text.count("\n") + 1:
+        raise NetfilterError(message, line=rule.line, text=text.splitlines()[rule.line - 1])
+    raise NetfilterError(message + " (a rule loaded earlier)", line=rule.line or None, text=rule.text())
+
+
 def apply_restore(
     state: Ruleset,
     text: str,
@@ -251,6 +368,9 @@ def apply_restore(
         tx = _Tx(state, strict, counters)
         for line in iter_commands(text):
             _apply_line(tx, line, noflush)
+        for table in TABLE_ORDER:
+            if table in tx.touched and table in tx.tables:
+                _check_hooks(tx, table, text)
         return Ruleset(state.version, {n: tx.freeze(n) for n in TABLE_ORDER if n in tx.tables})
 
 

@@ -31,7 +31,21 @@ __all__ = [
 Opt = tuple[str, bool, str | None]  # (option, negated, value)
 #: A compiled match: ``pred(ctx) -> True | False | None``, the same value as ``test(ctx, uid)``.
 Pred = Callable[[Ctx], "bool | None"]
-PROTO_NUMBERS = {"icmp": 1, "tcp": 6, "udp": 17, "sctp": 132, "icmpv6": 58, "ipv6-icmp": 58}
+PROTO_NUMBERS = {
+    "icmp": 1,
+    "tcp": 6,
+    "udp": 17,
+    "sctp": 132,
+    "icmpv6": 58,
+    "ipv6-icmp": 58,
+    "udplite": 136,
+    "esp": 50,
+    "ah": 51,
+    "gre": 47,
+    "dccp": 33,
+    "mh": 135,
+    "mobility-header": 135,
+}
 #: Userspace stores a probability as ``lround(p * 2**31)``; the kernel matches when
 #: ``(get_random_u32() & 0x7FFFFFFF) < that`` (xt_statistic.c), i.e. with probability n / 2**31.
 PROBABILITY_SCALE = 0x80000000
