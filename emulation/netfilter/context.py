@@ -17,8 +17,9 @@ from emulation.node import Node
 
 if TYPE_CHECKING:
     from emulation.netfilter.flowcache import Recorder
+    from emulation.netfilter.ruleset import Counters
 
-__all__ = ["Ctx", "Dynamic", "RecentEntry", "SetLookup", "TraceStep"]
+__all__ = ["Ctx", "Dynamic", "RecentEntry", "SetLookup", "TraceStep", "commit_walk"]
 
 #: ``lookup(set_name, keys) -> True | False | None`` where ``keys`` has one ``(ip, port,
 #: protocol)`` per ``src``/``dst`` flag of ``--match-set``; ``None`` means "no such set".
@@ -194,3 +195,20 @@ class Ctx:
         if uid in self.nth_overlay:
             return self.nth_overlay[uid]
         return self.dyn.nth.get(uid, initial)
+
+
+def commit_walk(ctx: Ctx, counters: Counters, dyn: Dynamic) -> None:
+    """Count a walked packet's matched rules and built-in policies (``ctx.length`` bytes each)
+    and keep its ``nth`` and ``recent`` changes: what a committed walk leaves behind."""
+    rules, nbytes = counters.rules, ctx.length
+    for uid in ctx.hits:
+        c = rules.get(uid)
+        rules[uid] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
+    policies = counters.policies
+    for tname, cname, n in ctx.policy_hits:
+        c = policies.get((tname, cname))
+        policies[(tname, cname)] = (1, n) if c is None else (c[0] + 1, c[1] + n)
+    if ctx.nth_overlay:
+        dyn.nth.update(ctx.nth_overlay)
+    if ctx.recent_overlay:
+        dyn.recent.update(ctx.recent_overlay)

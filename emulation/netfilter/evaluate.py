@@ -31,7 +31,7 @@ from emulation.addr import format_address, parse_address, parse_cidr
 from emulation.clock import Clock
 from emulation.conntrack import ConntrackEntry, ConntrackTable, FlowKey, timeout_s
 from emulation.netfilter import flowcache
-from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep
+from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep, commit_walk
 from emulation.netfilter.flowcache import FlowCache, FlowSet, Recorder, Segment, Summary
 from emulation.netfilter.nat import PORTED, SourceRange, choose_source_port, port_range, search_ports
 from emulation.netfilter.rules import Ruleset
@@ -281,20 +281,7 @@ class Netns:
             if commit is not None:
                 commit()
         else:
-            ctx = effects
-            counters = self._counters
-            rules, nbytes = counters.rules, ctx.length
-            for uid in ctx.hits:
-                c = rules.get(uid)
-                rules[uid] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
-            policies = counters.policies
-            for tname, cname, nbytes in ctx.policy_hits:
-                c = policies.get((tname, cname))
-                policies[(tname, cname)] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
-            if ctx.nth_overlay:
-                self.dynamic.nth.update(ctx.nth_overlay)
-            if ctx.recent_overlay:
-                self.dynamic.recent.update(ctx.recent_overlay)
+            commit_walk(effects, self._counters, self.dynamic)
             if commit is not None:
                 commit()
         if outcome.verdict != "REJECT":

@@ -77,7 +77,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from emulation.addr import format_address, parse_address
-from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep
+from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep, commit_walk
 from emulation.netfilter.flowcache import SUMMARY_CTMARK, Segment
 from emulation.netfilter.rules import Ruleset
 from emulation.netfilter.ruleset import Counters
@@ -420,23 +420,6 @@ class _Walk:
 # --- sending ------------------------------------------------------------------------------------
 
 
-def _commit(ctx: Ctx, counters: Counters, dyn: Dynamic) -> None:
-    """Count the answer's rules and policies; keep its ``nth`` and ``recent`` changes (as
-    :meth:`Netns.send <emulation.netfilter.Netns.send>` does for a walked packet)."""
-    rules, nbytes = counters.rules, ctx.length
-    for uid in ctx.hits:
-        c = rules.get(uid)
-        rules[uid] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
-    policies = counters.policies
-    for tname, cname, n in ctx.policy_hits:
-        c = policies.get((tname, cname))
-        policies[(tname, cname)] = (1, n) if c is None else (c[0] + 1, c[1] + n)
-    if ctx.nth_overlay:
-        dyn.nth.update(ctx.nth_overlay)
-    if ctx.recent_overlay:
-        dyn.recent.update(ctx.recent_overlay)
-
-
 def _steps(answer: Answer, ctx: Ctx) -> Iterator[TraceStep]:
     """The answer's trace: a step naming it (result ``answer``), then its own steps with
     ``answer:`` before their result (``answer:match``, ``answer:policy`` ...)."""
@@ -477,7 +460,7 @@ def send_answers(
             break
         walk = _Walk(env, answer)
         verdict = walk.run()
-        _commit(walk.ctx, counters, dyn)
+        commit_walk(walk.ctx, counters, dyn)
         if tracing:
             steps += _steps(answer, walk.ctx)
         refused = None

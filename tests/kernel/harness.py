@@ -20,9 +20,13 @@ failure; namespaces left by an earlier killed run are deleted first.
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -414,3 +418,40 @@ def parse_counters(save: str) -> dict[CounterKey, tuple[int, int]]:
             p, b = counters.strip("[]").split(":")
             out[(table, chain, index[chain])] = (int(p), int(b))
     return out
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWNET = 0x40000000
+
+
+def netns_socket(ns: str, kind: int = socket.SOCK_RAW, proto: int = 0) -> socket.socket:
+    """An IPv4 socket of ``kind`` (raw by default, of protocol ``proto``) in the namespace ``ns``.
+
+    A socket belongs to the network namespace of the thread that creates it, and ``setns(2)``
+    with ``CLONE_NEWNET`` moves only the calling thread: a short-lived thread enters ``ns``
+    (``/run/netns/<ns>``, where ``ip netns add`` mounts it) and opens the socket there; the
+    test's own threads never change namespace.
+    """
+    box: list[socket.socket | BaseException] = []
+
+    def enter_and_open() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _LIBC.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns({ns}): {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            box.append(socket.socket(socket.AF_INET, kind, proto))
+        except BaseException as e:  # handed to the caller
+            box.append(e)
+
+    thread = threading.Thread(target=enter_and_open, name=f"open-in-{ns}", daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    if not box:
+        raise RuntimeError(f"opening a socket in {ns} did not finish")
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]

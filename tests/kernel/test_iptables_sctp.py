@@ -56,14 +56,11 @@ timeout ("don't renew timeout on init retransmit" in ``nf_conntrack_sctp_packet`
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import itertools
-import os
 import random
 import select
 import socket
 import struct
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -75,7 +72,7 @@ from emulation import ManualClock
 from emulation.netfilter import Netns
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, RenderResult
 from tests.conftest import require_kernel
-from tests.kernel.harness import Topology, topology
+from tests.kernel.harness import Topology, netns_socket, topology
 from tests.kernel.netns import sh
 from tests.unit.kernel.scenarios import (
     ALL,
@@ -313,8 +310,6 @@ def _render(config: IptablesConfig) -> RenderResult:
 
 # -- raw sockets in the harness namespaces ------------------------------------------------------
 
-_LIBC = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNET = 0x40000000
 #: The namespaces holding endpoints, and their address.
 RECEIVERS = {"pa": PA, "pb": PB, "n2": REMOTE}
 #: The namespaces that send, where ICMP errors are read.
@@ -325,39 +320,6 @@ SETTLE_S = 0.75
 FIRST_SPORT = 20000
 #: Attempts for a case with several endpoints: one is missed with probability 2 * 0.5 ** 20.
 ATTEMPTS = 20
-
-
-def netns_socket(ns: str, proto: int) -> socket.socket:
-    """A raw IPv4 socket of protocol ``proto`` in the namespace named ``ns``.
-
-    A socket belongs to the network namespace of the thread that creates it, and ``setns(2)``
-    with ``CLONE_NEWNET`` moves only the calling thread: a short-lived thread enters ``ns``
-    (``/run/netns/<ns>``, where ``ip netns add`` mounts it) and opens the socket there; the
-    test's own threads never change namespace.
-    """
-    box: list[socket.socket | BaseException] = []
-
-    def enter_and_open() -> None:
-        try:
-            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _LIBC.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({ns}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            box.append(socket.socket(socket.AF_INET, socket.SOCK_RAW, proto))
-        except BaseException as e:  # handed to the caller
-            box.append(e)
-
-    thread = threading.Thread(target=enter_and_open, name=f"open-in-{ns}", daemon=True)
-    thread.start()
-    thread.join(timeout=10)
-    if not box:
-        raise RuntimeError(f"opening a socket in {ns} did not finish")
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -409,7 +371,7 @@ class Wire:
         self._tags = itertools.count(1)
 
     def _open(self, key: str, proto: int) -> socket.socket:
-        s = netns_socket(self.topo.names[key], proto)
+        s = netns_socket(self.topo.names[key], socket.SOCK_RAW, proto)
         self._sockets.append(s)
         return s
 

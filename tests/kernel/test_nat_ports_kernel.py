@@ -29,12 +29,9 @@ and the namespaces and sockets are removed after each test, also after a failure
 
 from __future__ import annotations
 
-import ctypes
-import os
 import random
 import socket
 import subprocess
-import threading
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -44,7 +41,7 @@ import pytest
 from emulation import ManualClock, Packet
 from emulation.netfilter import Netns, Outcome
 from tests.conftest import require_kernel
-from tests.kernel.harness import Topology, topology
+from tests.kernel.harness import Topology, netns_socket, topology
 from tests.kernel.netns import sh
 from tests.unit.kernel.scenarios import EXTERNAL, NODE2_IP, NODE_IP, PA, PB, POD_CLIENT, REMOTE, node_model
 
@@ -97,42 +94,12 @@ class Flow:
 
 # -- the kernel ---------------------------------------------------------------------------------
 
-_LIBC = ctypes.CDLL(None, use_errno=True)
-CLONE_NEWNET = 0x40000000
-
 
 def udp_socket(ns: str) -> socket.socket:
-    """A UDP socket (``SO_REUSEADDR``) in the namespace named ``ns``.
-
-    As ``netns_socket`` of tests/kernel/test_iptables_sctp.py: a socket belongs to the network
-    namespace of the thread that creates it, so a short-lived thread enters ``ns`` with
-    ``setns(2)`` and opens it; the test's own threads never change namespace.
-    """
-    box: list[socket.socket | BaseException] = []
-
-    def enter_and_open() -> None:
-        try:
-            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                if _LIBC.setns(fd, CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({ns}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            box.append(s)
-        except BaseException as e:  # handed to the caller
-            box.append(e)
-
-    thread = threading.Thread(target=enter_and_open, name=f"open-in-{ns}", daemon=True)
-    thread.start()
-    thread.join(timeout=10)
-    if not box:
-        raise RuntimeError(f"opening a socket in {ns} did not finish")
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
+    """A UDP socket (``SO_REUSEADDR``) in the namespace named ``ns``."""
+    s = netns_socket(ns, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    return s
 
 
 def _receive(sock: socket.socket, want: bytes) -> Seen | None:
