@@ -17,15 +17,15 @@ from typing import Any
 
 import structlog
 
-from kproxy.cli.durations import parse_duration
+from kproxy.config.durations import parse_duration
 from kproxy.errors import ConfigError, KproxyError
 from kproxy.model import IPFamily, NodeConfig
 from kproxy.observability import configure_logging
 
 __all__ = ["build_parser", "main"]
 
-#: The modes ``kproxy run`` runs (``render`` and ``trace`` also know ipvs).
-_MODES = ("userspace", "iptables")
+#: The modes ``kproxy run`` runs.
+_MODES = ("userspace", "iptables", "ipvs")
 #: Userspace-only flags: (flag, attribute); given in iptables mode they are ignored with a warning.
 _USERSPACE_ONLY = (("--bind-address", "bind_address"), ("--loopback-block", "loopback_block"),
                    ("--address-map", "address_map"), ("--udp-timeout", "udp_timeout"),
@@ -48,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     from kproxy.config.flags import add_kube_flags
     add_kube_flags(run, src)
     run.add_argument("--proxy-mode", default=None, choices=_MODES,
-                     help="the proxy mode: userspace, or iptables (see --kernel); default --config's "
-                          "mode, else userspace")
+                     help="the proxy mode: userspace, or iptables or ipvs (see --kernel); default "
+                          "--config's mode, else userspace")
     node = run.add_argument_group("node")
     node.add_argument("--hostname-override", default=None, metavar="NAME",
                       help="this node's name; endpoints with this nodeName are local "
@@ -75,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="the fwmark bit that marks packets for masquerade (default --config's, else 14)")
     ipt.add_argument("--iptables-localhost-nodeports", type=_boolean, default=None, metavar="BOOL",
                      help="accept NodePort connections to 127.0.0.1 (IPv4; default --config's, else true)")
+    ipt.add_argument("--ipvs-scheduler", default=None, metavar="NAME",
+                     help="ipvs mode: the IPVS scheduler (rr, wrr, lc, wlc, sed, nq, fo, ovf, sh, dh, mh; "
+                          "default --config's ipvs.scheduler, else rr)")
     us = run.add_argument_group("userspace data plane")
     us.add_argument("--bind-address", default=None, metavar="ADDR",
                     help="listen on this one address, one port per service port (default: one "
@@ -131,7 +134,8 @@ def _families(text: str) -> tuple[IPFamily, ...]:
 _IPTABLES_ONLY = (("--node-ip", "node_ip"), ("--cluster-cidr", "cluster_cidr"),
                   ("--masquerade-all", "masquerade_all"), ("--nodeport-addresses", "nodeport_addresses"),
                   ("--iptables-masquerade-bit", "iptables_masquerade_bit"),
-                  ("--iptables-localhost-nodeports", "iptables_localhost_nodeports"), ("--kernel", "kernel"))
+                  ("--iptables-localhost-nodeports", "iptables_localhost_nodeports"), ("--kernel", "kernel"),
+                  ("--ipvs-scheduler", "ipvs_scheduler"))
 
 
 def _given(args: argparse.Namespace, flags: Sequence[tuple[str, str]]) -> list[str]:
@@ -150,6 +154,7 @@ def _run(args: argparse.Namespace) -> int:
     from kproxy.config.flags import build_source, merge_config, node_facts, node_watch, observability_options
     from kproxy.config.kubeproxy import nodeport_addresses_flag
     from kproxy.daemon import UserspaceOptions, serve
+    from kproxy.daemon.kernel import serve_kernel_mode
     from kproxy.sources.kube import default_hostname
 
     userspace_given = _given(args, _USERSPACE_ONLY)
@@ -168,7 +173,7 @@ def _run(args: argparse.Namespace) -> int:
         args.kernel = "emulated"
 
     if args.proxy_mode == "userspace":
-        from kproxy.userspace import check_bind_address, check_loopback_block
+        from kproxy.modes.userspace import check_bind_address, check_loopback_block
 
         if args.bind_address is not None:
             _flag_error("--bind-address", check_bind_address, args.bind_address)
@@ -198,9 +203,11 @@ def _run(args: argparse.Namespace) -> int:
         sync_period_s=sync_period,
         drain_timeout_s=parse_duration(args.drain_timeout, flag="--drain-timeout"),
     )
-    iptables_options = None
-    if args.proxy_mode == "iptables":
-        iptables_options = _iptables_options(args, options)
+    if args.proxy_mode == "iptables" and args.ipvs_scheduler is not None:
+        _warn_ignored("iptables", ["--ipvs-scheduler"])
+    kernel_options = None
+    if args.proxy_mode in ("iptables", "ipvs"):
+        kernel_options = _kernel_options(args, options)
     source = build_source(args)  # checks --kubeconfig/--master before anything listens
     hostname = default_hostname(args.hostname_override, gethostname=socket.gethostname)
     zone, eligible = node_facts(args, hostname)
@@ -216,10 +223,9 @@ def _run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        if iptables_options is not None:
-            from kproxy.kernel.serve import serve_iptables
-            await serve_iptables(source, node, iptables_options, stop, observability, node_watch=watch,
-                                 follow_zone=follow_zone)
+        if kernel_options is not None:
+            await serve_kernel_mode(source, node, kernel_options, stop, observability, node_watch=watch,
+                                    follow_zone=follow_zone)
             return
         await serve(source, node, options, stop, observability, node_watch=watch, follow_zone=follow_zone)
 
@@ -227,17 +233,17 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _iptables_options(args: argparse.Namespace, options: Any) -> Any:
-    """``run --proxy-mode iptables``'s settings, with the merged masquerade bit and localhost NodePorts."""
+def _kernel_options(args: argparse.Namespace, options: Any) -> Any:
+    """``run --proxy-mode iptables|ipvs``: settings with the merged masquerade bit and localhost NodePorts."""
     import dataclasses
 
-    from kproxy.cli.render import iptables_run_options
+    from kproxy.cli.render import kernel_run_options
 
     merged = argparse.Namespace(**{**vars(args), "kernel": args.kernel or "emulated"})
-    run_options = iptables_run_options(merged, options)
-    config = dataclasses.replace(run_options.config, masquerade_bit=args.iptables_masquerade_bit,
+    run_options = kernel_run_options(merged, options)
+    config = dataclasses.replace(run_options.iptables, masquerade_bit=args.iptables_masquerade_bit,
                                  localhost_nodeports=args.iptables_localhost_nodeports)
-    return dataclasses.replace(run_options, config=config)
+    return dataclasses.replace(run_options, iptables=config)
 
 
 def _flag_error(flag: str, check: Callable[[str], None], value: str) -> None:

@@ -27,12 +27,23 @@ IPVS_SECTION_PREFIX = "# ==> "
 
 if TYPE_CHECKING:
     from kproxy.daemon import UserspaceOptions
-    from kproxy.kernel.serve import IptablesRunOptions
+    from kproxy.daemon.kernel import KernelRunOptions
 
 __all__ = [
-    "IPVS_SECTION_PREFIX", "add_cluster_flags", "add_parser", "config_from_args", "family_of_args",
-    "flags_given", "iptables_run_options", "ipvs_config_from_args", "ipvs_only_flags_given",
-    "nodeport_addresses", "run", "snapshot_from_args", "warn_ignored_flags", "warn_unused_ipvs_flags",
+    "IPVS_SECTION_PREFIX",
+    "add_cluster_flags",
+    "add_parser",
+    "config_from_args",
+    "family_of_args",
+    "flags_given",
+    "ipvs_config_from_args",
+    "ipvs_only_flags_given",
+    "kernel_run_options",
+    "nodeport_addresses",
+    "run",
+    "snapshot_from_args",
+    "warn_ignored_flags",
+    "warn_unused_ipvs_flags",
 ]
 
 
@@ -257,16 +268,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def iptables_run_options(args: argparse.Namespace, options: UserspaceOptions) -> IptablesRunOptions:
-    """``kproxy run --proxy-mode iptables``'s settings from its flags and the userspace options.
+def kernel_run_options(args: argparse.Namespace, options: UserspaceOptions) -> KernelRunOptions:
+    """``kproxy run --proxy-mode iptables|ipvs``'s settings from its flags and the userspace options.
 
     The iptables flags (``--node-ip``, ``--cluster-cidr``, ``--masquerade-all``,
-    ``--nodeport-addresses``, ``--iptables-masquerade-bit``) are read when ``run`` has them.
+    ``--nodeport-addresses``, ``--iptables-masquerade-bit``) are read when ``run`` has them, and
+    ``--ipvs-scheduler`` in ipvs mode.
 
     Raises:
         ConfigError: a bad value.
     """
-    from kproxy.kernel.serve import IptablesRunOptions
+    from kproxy.daemon.kernel import KernelRunOptions
 
     config = _iptables_config(
         node_ips=tuple(getattr(args, "node_ip", None) or ()),
@@ -276,6 +288,11 @@ def iptables_run_options(args: argparse.Namespace, options: UserspaceOptions) ->
         else args.iptables_masquerade_bit,
         nodeport_addresses=nodeport_addresses(getattr(args, "nodeport_addresses", None)),
     )
-    return IptablesRunOptions(config=config, kernel=args.kernel,
-                              min_sync_period_s=options.min_sync_period_s,
-                              sync_period_s=options.sync_period_s)
+    ipvs = None
+    if args.proxy_mode == "ipvs":
+        ipvs = IpvsConfig(family=config.family, node_ips=config.node_ips, cluster_cidr=config.cluster_cidr,
+                          masquerade_all=config.masquerade_all, masquerade_bit=config.masquerade_bit,
+                          nodeport_addresses=config.nodeport_addresses,
+                          scheduler=getattr(args, "ipvs_scheduler", None) or DEFAULT_SCHEDULER)
+    return KernelRunOptions(mode=args.proxy_mode, iptables=config, ipvs=ipvs, kernel=args.kernel,
+                            min_sync_period_s=options.min_sync_period_s, sync_period_s=options.sync_period_s)

@@ -5,8 +5,8 @@ emulated node with kube-proxy's jump rules) or from ``--iptables-save FILE``, a 
 as ``iptables-save`` or ``iptables-save -c`` prints it, other components' rules included (read
 leniently: a match the emulator does not model is reported as unknown, never silently taken).
 With ``--proxy-mode ipvs`` (or ``--ipvs-dump FILE [--ipset-save FILE] [--iptables-save FILE]``,
-a real node's dumps) the packet goes through an IPVS node (:mod:`kproxy.kernel.ipvs_trace`).
-The work is in :mod:`kproxy.kernel.trace`; this module only wires flags to it, and says which
+a real node's dumps) the packet goes through an IPVS node (:mod:`kproxy.trace.ipvs`).
+The work is in :mod:`kproxy.trace.netfilter`; this module only wires flags to it, and says which
 node address of the packet's family the trace used (``node_ips``), and whether it was the
 placeholder because no ``--node-ip`` of that family was given (``node_ip_placeholder``).
 ipvs-only flags (``--ipvs-scheduler``, ``--connections``) in iptables mode are ignored with a
@@ -35,8 +35,11 @@ from kproxy.cli.render import (
     warn_unused_ipvs_flags,
 )
 from kproxy.errors import ConfigError, KernelError
-from kproxy.kernel.emulated import EmulatedKernel
-from kproxy.kernel.trace import (
+from kproxy.kernel.emulated import EmulatedNetfilter
+from kproxy.model import IPFamily
+from kproxy.modes.iptables import IptablesRenderer, nfacct_counters
+from kproxy.modes.iptables.mode import load_now
+from kproxy.trace.netfilter import (
     EXTERNAL_INTERFACE,
     TraceResult,
     find_chain_loop,
@@ -46,8 +49,6 @@ from kproxy.kernel.trace import (
     trace_node,
     trace_packet,
 )
-from kproxy.model import IPFamily
-from kproxy.modes.iptables import IptablesRenderer, nfacct_counters
 
 __all__ = ["add_parser", "node_addresses", "read_text", "run", "trace_from_args"]
 
@@ -115,7 +116,7 @@ def _netns_from_manifests(args: argparse.Namespace, family: IPFamily) -> Netns:
     result = IptablesRenderer(config).render(snapshot_from_args(args))
     netns = Netns(trace_node(config.node_ips), ManualClock(),
                   ruleset=Ruleset(6 if family is IPFamily.IPv6 else 4))
-    EmulatedKernel(netns, family).load(result, nfacct=nfacct_counters(config))
+    load_now(EmulatedNetfilter(netns, family), result, nfacct=nfacct_counters(config))
     return netns
 
 
@@ -126,8 +127,8 @@ def _read(path: str | None, flag: str) -> str | None:
 
 
 def _trace_ipvs(args: argparse.Namespace, family: IPFamily) -> TraceResult:
-    from kproxy.kernel.ipvs_trace import node_from_dumps, node_from_render, trace_ipvs
     from kproxy.modes.ipvs import render
+    from kproxy.trace.ipvs import node_from_dumps, node_from_render, trace_ipvs
 
     packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
     connections = 1 if args.connections is None else args.connections
@@ -243,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
 def node_addresses(node_ips: Sequence[str], version: int) -> tuple[tuple[str, ...], bool]:
     """The node addresses of IP ``version`` the trace used, and whether they were invented.
 
-    The traced node (:func:`~kproxy.kernel.trace.trace_node`) carries the ``--node-ip``
+    The traced node (:func:`~kproxy.trace.netfilter.trace_node`) carries the ``--node-ip``
     addresses, loopback left out, or a TEST-NET placeholder for a family with none; MASQUERADE
     picks it and a NodePort on it is local, so the user is told when it was made up.
 

@@ -55,9 +55,9 @@ _HONOURED = frozenset({
 #: ... and those it honours in iptables mode only.
 _HONOURED_IPTABLES = frozenset({
     "iptables.masqueradeBit", "iptables.masqueradeAll", "iptables.localhostNodePorts", "clusterCIDR",
-    "nodePortAddresses"})
+    "nodePortAddresses", "ipvs.scheduler"})
 #: ``kproxy run``'s modes; the file's ``mode: ""`` (kube-proxy's platform default) means userspace.
-_RUN_MODES = ("userspace", "iptables")
+_RUN_MODES = ("userspace", "iptables", "ipvs")
 
 
 def merge_config(args: argparse.Namespace) -> KubeProxyConfiguration:
@@ -123,10 +123,12 @@ def merge_config(args: argparse.Namespace) -> KubeProxyConfiguration:
         args.iptables_masquerade_bit = int(given["iptables"]["masqueradeBit"])
     if getattr(args, "iptables_localhost_nodeports", "") is None:
         args.iptables_localhost_nodeports = bool(given["iptables"]["localhostNodePorts"])
+    if getattr(args, "ipvs_scheduler", "") is None and given["ipvs"].get("scheduler"):
+        args.ipvs_scheduler = given["ipvs"]["scheduler"]
     if getattr(args, "nodeport_addresses", "") is None and given.get("nodePortAddresses"):
         args.nodeport_addresses = ",".join(given["nodePortAddresses"])
     if args.config:
-        iptables = getattr(args, "proxy_mode", "") == "iptables"
+        iptables = getattr(args, "proxy_mode", "") in ("iptables", "ipvs")
         honoured = _HONOURED | _HONOURED_IPTABLES if iptables else _HONOURED
         for name in unhonoured_fields(cfg, raw, honoured):
             _log.warning("--config field ignored: kproxy does not honour it in this mode", file=args.config,

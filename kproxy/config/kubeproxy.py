@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from kproxy.cli.durations import parse_duration
+from kproxy.config.durations import parse_duration
 from kproxy.config.goparse import CsvError, parse_cidr_sloppy, parse_ip_sloppy, read_csv_record
 from kproxy.errors import ConfigError
 

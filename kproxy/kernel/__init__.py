@@ -1,25 +1,37 @@
-"""Where rendered state goes: an emulated node (default, rootless) or the real kernel (root).
+"""The narrow kernel interfaces the kernel modes program through, emulated (rootless) or Linux (root).
 
-- :class:`EmulatedKernel` programs an :class:`emulation.netfilter.Netns`;
-  :class:`LinuxKernel` runs ``iptables-restore`` (and ``iptables -C/-I`` for the jump rules).
-  Both satisfy :class:`IptablesApplier`.
-- :mod:`kproxy.kernel.trace` follows one packet through an emulated node (``kproxy trace``).
+- :class:`NetfilterKernel` (``iptables``/``ip6tables``): :class:`EmulatedNetfilter` over an
+  :class:`emulation.netfilter.Netns`, :class:`LinuxNetfilter` running the tools as root.
+- :class:`IpvsKernel` (IPVS, its ipsets, ``kube-ipvs0``): :class:`EmulatedIpvs` over an
+  :class:`IpvsNode`, :class:`LinuxIpvs` running ``ipvsadm``, ``ipset`` and ``ip`` as root.
+- :func:`trace_node`: the one-interface node model used when only the node IPs are known.
+
+What to call, in which order, is the modes' business (:mod:`kproxy.modes`), never a kernel's.
 """
 
-from kproxy.kernel.base import ENSURED_JUMPS, IptablesApplier
-from kproxy.kernel.emulated import EmulatedKernel, ensure_jumps
-from kproxy.kernel.linux import LinuxKernel
-from kproxy.kernel.trace import TraceResult, format_trace, make_packet, trace_node, trace_packet
+from kproxy.kernel.conntrack import ConntrackFilter, stale_conntrack_filters
+from kproxy.kernel.emulated import EmulatedNetfilter, run_now
+from kproxy.kernel.ipvs import EmulatedIpvs, IpvsKernel, RealServerInfo, VirtualServerInfo
+from kproxy.kernel.ipvs_node import IpvsNode
+from kproxy.kernel.linux import LinuxNetfilter
+from kproxy.kernel.linux_ipvs import LinuxIpvs
+from kproxy.kernel.netfilter import NetfilterKernel
+from kproxy.kernel.node import EXTERNAL_INTERFACE, PLACEHOLDER_IPS, trace_node
 
 __all__ = [
-    "ENSURED_JUMPS",
-    "EmulatedKernel",
-    "IptablesApplier",
-    "LinuxKernel",
-    "TraceResult",
-    "ensure_jumps",
-    "format_trace",
-    "make_packet",
+    "EXTERNAL_INTERFACE",
+    "PLACEHOLDER_IPS",
+    "ConntrackFilter",
+    "EmulatedIpvs",
+    "EmulatedNetfilter",
+    "IpvsKernel",
+    "IpvsNode",
+    "LinuxIpvs",
+    "LinuxNetfilter",
+    "NetfilterKernel",
+    "RealServerInfo",
+    "VirtualServerInfo",
+    "run_now",
+    "stale_conntrack_filters",
     "trace_node",
-    "trace_packet",
 ]

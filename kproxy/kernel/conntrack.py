@@ -19,8 +19,8 @@ computes conntrack delete filters (the filters kube-proxy uses, as ``conntrack -
   comes from the service IP itself), and ``--orig-port-dst NODEPORT`` (every entry to the
   NodePort; only when a previous Snapshot is known, so a restart does not cut live flows).
 
-Appliers apply the filters: :class:`~kproxy.kernel.linux.LinuxKernel` with the ``conntrack``
-tool, :class:`~kproxy.kernel.emulated.EmulatedKernel` on the emulated conntrack table.
+Appliers apply the filters: :class:`~kproxy.kernel.linux.LinuxNetfilter` with the ``conntrack``
+tool, :class:`~kproxy.kernel.emulated.EmulatedNetfilter` on the emulated conntrack table.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
-"""The real kernel: ``iptables-restore`` in the current (or a named) network namespace, as root.
+"""The real kernel's netfilter: ``iptables`` and ``iptables-restore`` in a network namespace, as root.
 
-Follows kube-proxy's ``syncProxyRules`` and ``pkg/util/iptables``: on a full sync, for each of
-:data:`~kproxy.kernel.base.ENSURED_JUMPS`, ``EnsureChain`` (``iptables -N``; "already exists"
-is fine) then ``EnsureRule(Prepend)`` (``iptables -C``, and ``iptables -I`` when it is missing);
-then ``iptables-restore -w 5 --noflush --counters`` with the text on stdin (``ip6tables-*`` for
-IPv6). Every command runs through :func:`asyncio.create_subprocess_exec` with a timeout.
-
-nfacct objects are created with the ``nfacct`` tool (``nfacct add NAME``) when asked for; the
-default configuration needs none.
-
-On its first full sync of a result that serves IPv4 localhost NodePorts it sets
-``net.ipv4.conf.all.route_localnet=1`` (in its namespace), as kube-proxy's iptables proxier does
-(``--iptables-localhost-nodeports``, issue 90259), and logs it. Stale UDP/SCTP conntrack entries
-are deleted with the ``conntrack`` tool (:meth:`LinuxKernel.clear_conntrack`).
+:class:`LinuxNetfilter` implements :class:`~kproxy.kernel.netfilter.NetfilterKernel` as
+kube-proxy's ``pkg/util/iptables`` does: ``EnsureChain`` is ``iptables -N`` ("already exists" is
+fine), ``EnsureRule(Prepend)`` is ``iptables -C`` then ``iptables -I``, a restore is
+``iptables-restore -w 5 --noflush --counters`` with the text on stdin (``ip6tables-*`` for IPv6).
+nfacct objects are created with the ``nfacct`` tool (``nfacct add NAME``), sysctls with
+``sysctl -w`` (logged), and stale conntrack entries are deleted with the ``conntrack`` tool.
+Every command runs through :func:`asyncio.create_subprocess_exec` with a timeout.
 """
 
 from __future__ import annotations
@@ -25,17 +19,14 @@ from dataclasses import dataclass
 import structlog
 
 from kproxy.errors import KernelError
-from kproxy.kernel.base import ENSURED_JUMPS, failing_line
 from kproxy.kernel.conntrack import ConntrackFilter
+from kproxy.kernel.netfilter import failing_line
 from kproxy.model.names import IPFamily
-from kproxy.modes.iptables import RenderResult
 
-__all__ = ["CommandResult", "LinuxKernel"]
+__all__ = ["CommandResult", "LinuxNetfilter"]
 
 _LINE = re.compile(r"line:?\s+(\d+)")
 _DELETED = re.compile(r"(\d+) flow entries have been deleted")
-#: kube-proxy's ``sysctlRouteLocalnet``, as ``sysctl`` names it.
-ROUTE_LOCALNET = "net.ipv4.conf.all.route_localnet"
 
 _log = structlog.get_logger("kproxy.kernel")
 
@@ -50,8 +41,8 @@ class CommandResult:
     stderr: str
 
 
-class LinuxKernel:
-    """Applies iptables-mode results to the running kernel.
+class LinuxNetfilter:
+    """One IP family's tables of the running kernel (see the module docstring).
 
     Args:
         family: IPv4 (``iptables``) or IPv6 (``ip6tables``).
@@ -68,7 +59,6 @@ class LinuxKernel:
         self.wait_s = wait_s
         self.timeout_s = timeout_s
         self._tool = "ip6tables" if family is IPFamily.IPv6 else "iptables"
-        self._sysctls_done = False
 
     def _argv(self, *args: str) -> tuple[str, ...]:
         prefix = ("ip", "netns", "exec", self.netns) if self.netns else ()
@@ -102,38 +92,19 @@ class LinuxKernel:
         return CommandResult(argv=argv, returncode=proc.returncode or 0,
                              stdout=out.decode(errors="replace"), stderr=err_out.decode(errors="replace"))
 
-    async def apply(self, result: RenderResult, *, nfacct: Sequence[str] = ()) -> None:
-        """Program ``result`` (see the module docstring).
-
-        Raises:
-            KernelError: an nfacct object, a jump rule or the restore failed; for the restore
-                the message holds its stderr and the failing line of the input.
-        """
-        if result.full:
-            if not self._sysctls_done:
-                if result.route_localnet and self.family is IPFamily.IPv4:
-                    await self.ensure_route_localnet()
-                self._sysctls_done = True
-            for name in nfacct:
-                await self._ensure_nfacct(name)
-            await self.ensure_jumps()
-        await self.restore(result.text, noflush=True)
-
-    async def ensure_route_localnet(self) -> None:
-        """``sysctl -w net.ipv4.conf.all.route_localnet=1`` unless already set (logged).
+    async def ensure_sysctl(self, name: str, value: str) -> None:
+        """``sysctl -w NAME=VALUE`` unless already set (logged).
 
         Raises:
             KernelError: the sysctl could not be read or set.
         """
-        got = await self.run("sysctl", "-n", ROUTE_LOCALNET)
-        if got.returncode == 0 and got.stdout.strip() == "1":
+        got = await self.run("sysctl", "-n", name)
+        if got.returncode == 0 and got.stdout.strip() == value:
             return
-        _log.info("setting route_localnet=1 to allow NodePorts on localhost; to change this disable "
-                  "localhost NodePorts or set --nodeport-addresses to exclude loopback addresses",
-                  sysctl=ROUTE_LOCALNET, netns=self.netns)
-        done = await self.run("sysctl", "-q", "-w", f"{ROUTE_LOCALNET}=1")
+        _log.info("setting a sysctl kube-proxy needs", sysctl=name, value=value, netns=self.netns)
+        done = await self.run("sysctl", "-q", "-w", f"{name}={value}")
         if done.returncode != 0:
-            raise KernelError(f"setting {ROUTE_LOCALNET}=1 failed: {done.stderr.strip()}")
+            raise KernelError(f"setting {name}={value} failed: {done.stderr.strip()}")
 
     async def clear_conntrack(self, filters: Sequence[ConntrackFilter]) -> int:
         """``conntrack -D ...`` for each filter (in :attr:`netns`); return how many entries went.
@@ -154,13 +125,15 @@ class LinuxKernel:
             total += int(m.group(1)) if m else 0
         return total
 
-    async def restore(self, text: str, *, noflush: bool = True) -> None:
-        """``iptables-restore -w N [--noflush] --counters`` of ``text``.
+    async def restore(self, text: str, *, noflush: bool = True, counters: bool = True) -> None:
+        """``iptables-restore -w N [--noflush] [--counters]`` of ``text``.
 
         Raises:
             KernelError: with the tool's stderr and the failing input line.
         """
-        args = [f"{self._tool}-restore", "-w", str(self.wait_s), "--counters"]
+        args = [f"{self._tool}-restore", "-w", str(self.wait_s)]
+        if counters:
+            args.append("--counters")
         if noflush:
             args.append("--noflush")
         done = await self.run(*args, stdin=text)
@@ -170,27 +143,37 @@ class LinuxKernel:
             raise KernelError(f"{args[0]} failed (exit {done.returncode}): {done.stderr.strip()}"
                               + (f"; failing line: {shown}" if shown else ""))
 
-    async def ensure_jumps(self) -> None:
-        """kube-proxy's ``EnsureChain`` + ``EnsureRule(Prepend)`` for every ensured jump.
+    async def ensure_chain(self, table: str, chain: str) -> None:
+        """``iptables -t TABLE -N CHAIN``; "already exists" is fine.
 
         Raises:
-            KernelError: a chain could not be created or a rule inserted.
+            KernelError: the chain could not be created.
         """
-        for jump in ENSURED_JUMPS:
-            made = await self.run(self._tool, "-w", str(self.wait_s), "-t", jump.table, "-N", jump.target)
-            if made.returncode != 0 and "exists" not in made.stderr:
-                raise KernelError(f"creating chain {jump.table}/{jump.target} failed: {made.stderr.strip()}")
-            check = await self.run(self._tool, "-w", str(self.wait_s), "-t", jump.table, "-C", jump.chain,
-                                   *jump.argv)
-            if check.returncode == 0:
-                continue
-            added = await self.run(self._tool, "-w", str(self.wait_s), "-t", jump.table, "-I", jump.chain,
-                                   *jump.argv)
-            if added.returncode != 0:
-                raise KernelError(f"inserting {jump.restore_line()!r} into {jump.table}/{jump.chain} "
-                                  f"failed: {added.stderr.strip()}")
+        made = await self.run(self._tool, "-w", str(self.wait_s), "-t", table, "-N", chain)
+        if made.returncode != 0 and "exists" not in made.stderr:
+            raise KernelError(f"creating chain {table}/{chain} failed: {made.stderr.strip()}")
 
-    async def _ensure_nfacct(self, name: str) -> None:
+    async def ensure_rule(self, table: str, chain: str, argv: Sequence[str]) -> bool:
+        """``iptables -C``, then ``iptables -I`` when the rule is missing; True when it was there.
+
+        Raises:
+            KernelError: the rule could not be inserted.
+        """
+        check = await self.run(self._tool, "-w", str(self.wait_s), "-t", table, "-C", chain, *argv)
+        if check.returncode == 0:
+            return True
+        added = await self.run(self._tool, "-w", str(self.wait_s), "-t", table, "-I", chain, *argv)
+        if added.returncode != 0:
+            raise KernelError(f"inserting {' '.join(argv)!r} into {table}/{chain} failed: "
+                              f"{added.stderr.strip()}")
+        return False
+
+    async def create_nfacct(self, name: str) -> None:
+        """``nfacct add NAME``; "exists" is fine.
+
+        Raises:
+            KernelError: the object could not be created.
+        """
         done = await self.run("nfacct", "add", name)
         if done.returncode != 0 and "exists" not in done.stderr.lower():
             raise KernelError(f"creating nfacct object {name!r} failed: {done.stderr.strip()}")
@@ -211,11 +194,11 @@ class LinuxKernel:
             raise KernelError(f"{' '.join(args)} failed: {done.stderr.strip()}")
         return "".join(line + "\n" for line in done.stdout.splitlines() if line and not line.startswith("#"))
 
-    async def existing_chains(self) -> frozenset[str]:
-        """The nat table's chains now (``iptables-save -t nat``).
+    async def list_chains(self, table: str) -> frozenset[str]:
+        """The chains of ``table`` now (``iptables-save -t TABLE``).
 
         Raises:
             KernelError: ``iptables-save`` failed.
         """
-        text = await self.save(table="nat")
+        text = await self.save(table=table)
         return frozenset(line[1:].split()[0] for line in text.splitlines() if line.startswith(":"))

@@ -14,7 +14,7 @@ even while new changes keep arriving: the oldest one is never forgotten.
 ``ToBeDeletedByClusterAutoscaler``); ``/livez`` ignores the node. Both answer JSON: healthy
 answers report ``lastUpdated`` = ``currentTime``, as kube-proxy does for compatibility.
 
-Pure: times come from an injected :class:`~kproxy.sync.clock.Clock` (decisions) and a wall-clock
+Pure: times come from an injected :class:`~kproxy.clock.Clock` (decisions) and a wall-clock
 callable (the times shown).
 """
 
@@ -25,8 +25,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kproxy.clock import Clock
 from kproxy.errors import InvalidArgument
-from kproxy.sync.clock import Clock
 
 __all__ = ["HealthAnswer", "ProxyHealth", "go_time"]
 

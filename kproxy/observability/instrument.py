@@ -21,11 +21,11 @@ from typing import Any
 
 import structlog
 
+from kproxy.clock import Clock
 from kproxy.model import EndpointSlice, NamespacedName, Service, Snapshot
 from kproxy.observability.health import ProxyHealth
 from kproxy.observability.metrics import ProxyMetrics
 from kproxy.sources.base import Emit, Event, Source, Synced
-from kproxy.sync.clock import Clock
 from kproxy.sync.engine import Consumer, SyncEngine
 
 __all__ = ["Instruments", "parse_trigger_time"]

@@ -20,13 +20,13 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
+from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import ConfigError, InvalidArgument
 from kproxy.observability.health import ProxyHealth
 from kproxy.observability.http import BindAddress, parse_bind_address, serving
 from kproxy.observability.instrument import Instruments
 from kproxy.observability.metrics import LiveCollector, ProxyMetrics
 from kproxy.observability.service_health import ServiceHealthServer
-from kproxy.sync.clock import Clock, MonotonicClock
 from kproxy.sync.engine import SyncEngine
 
 __all__ = [

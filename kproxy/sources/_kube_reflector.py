@@ -42,6 +42,7 @@ from typing import Any
 import aiohttp
 import structlog
 
+from kproxy.clock import Clock
 from kproxy.errors import InvalidObject
 from kproxy.model import KubeObject, parse_objects
 from kproxy.sources._kube_protocol import (
@@ -56,7 +57,6 @@ from kproxy.sources._kube_protocol import (
     transition,
 )
 from kproxy.sources.base import Emit, Event, EventType, ObjectKey, diff_objects, object_key
-from kproxy.sync.clock import Clock
 
 __all__ = ["ListCall", "Reflector", "ReflectorOptions", "ReflectorStatus"]
 

@@ -26,11 +26,11 @@ import structlog
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 
+from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import ConfigError, InvalidArgument, SourceError
 from kproxy.sources._kube_protocol import Backoff, WatchLine, label_selector
 from kproxy.sources._kube_reflector import Reflector, ReflectorOptions, ReflectorStatus
 from kproxy.sources.base import Emit, Event, Synced
-from kproxy.sync.clock import Clock, MonotonicClock
 
 __all__ = [
     "LABEL_ZONE",

@@ -34,10 +34,10 @@ from typing import Any
 import structlog
 import yaml
 
+from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import InvalidArgument, InvalidObject, SourceError
 from kproxy.model import KubeObject, parse_objects
 from kproxy.sources.base import Emit, Event, ObjectKey, Synced, diff_objects, object_key
-from kproxy.sync.clock import Clock, MonotonicClock
 
 __all__ = ["MANIFEST_SUFFIXES", "ManifestSource", "load_manifests"]
 
@@ -239,7 +239,7 @@ class ManifestSource:
     Args:
         paths: files or folders (see the module docstring).
         poll_interval_s: seconds between two checks for changes (> 0).
-        clock: the time source (default :class:`~kproxy.sync.clock.MonotonicClock`).
+        clock: the time source (default :class:`~kproxy.clock.MonotonicClock`).
         ignore: files never read even when inside a given folder (e.g. the ``--address-map``).
         parse_in_thread: re-read files in a worker thread so a large file never stalls the
             event loop (and the traffic it serves); False keeps everything on the loop, which

@@ -1,6 +1,6 @@
 """The sync engine: change tracker, bounded-frequency runner (injected clock) and their wiring."""
 
-from kproxy.sync.clock import Clock, FakeClock, MonotonicClock, settle
+from kproxy.clock import Clock, FakeClock, MonotonicClock, settle
 from kproxy.sync.engine import Consumer, SyncEngine
 from kproxy.sync.runner import (
     BoundedFrequencyRunner,

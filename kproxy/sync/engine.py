@@ -27,10 +27,10 @@ from typing import Protocol, runtime_checkable
 
 import structlog
 
+from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import InvalidArgument
 from kproxy.model import NodeConfig, Snapshot
 from kproxy.sources.base import Event, Source
-from kproxy.sync.clock import Clock, MonotonicClock
 from kproxy.sync.runner import BoundedFrequencyRunner, RunReason
 from kproxy.sync.tracker import ChangeTracker
 
@@ -68,7 +68,7 @@ class SyncEngine:
         sync_period_s: seconds after which a sync happens anyway (``--sync-period``, 30 s).
         retry_period_s: seconds after a failed sync before it is retried; None means
             ``sync_period_s``, as kube-proxy's ``RetryAfter(syncPeriod)``.
-        clock: the time source (default :class:`~kproxy.sync.clock.MonotonicClock`).
+        clock: the time source (default :class:`~kproxy.clock.MonotonicClock`).
 
     Raises:
         InvalidArgument: a negative, zero (except ``min_sync_period_s``) or non-finite period;

@@ -38,8 +38,8 @@ from types import MappingProxyType
 
 import structlog
 
+from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import InvalidArgument, InvalidTransition
-from kproxy.sync.clock import Clock, MonotonicClock
 
 __all__ = [
     "REASONS",

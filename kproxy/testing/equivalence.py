@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 from emulation.errors import NetfilterError
 from kproxy.errors import InvalidArgument, KproxyError
-from kproxy.kernel.trace import trace_packet
 from kproxy.testing.cluster import Cluster, Packet
 from kproxy.testing.differences import KNOWN_DIFFERENCES, KnownDifference, applicable_differences
 from kproxy.testing.modes import DEFAULT_MODES, DumpAdapter, ModeAdapter, get_mode
 from kproxy.testing.outcome import Outcome, probabilities_agree
+from kproxy.trace.netfilter import trace_packet
 
 __all__ = [
     "Comparison", "NotEquivalent", "assert_equivalent", "compare", "disagreements", "format_comparison",

@@ -8,7 +8,7 @@ at given times) for session-affinity checks. Adapters are registered by name
 
 - ``userspace``: the legacy userspace proxier as kproxy serves it. A listener per ClusterIP
   service port (TCP and UDP; SCTP never was served); a port without endpoints refuses; the
-  endpoints are the port's internal ones, handed out by :class:`~kproxy.userspace.RoundRobinBalancer`
+  endpoints are the port's internal ones, handed out by :class:`~kproxy.modes.userspace.RoundRobinBalancer`
   (the real balancer, called directly). Its distribution is the share of each endpoint over one
   full rotation (exact). NodePorts, external and load-balancer IPs are not served: such packets
   pass unchanged.
@@ -38,14 +38,15 @@ from typing import Any, Protocol, runtime_checkable
 from emulation import ManualClock
 from emulation.netfilter import Netns, Ruleset
 from kproxy.errors import InvalidArgument
-from kproxy.kernel.emulated import EmulatedKernel
-from kproxy.kernel.trace import trace_packet
+from kproxy.kernel.emulated import EmulatedNetfilter
 from kproxy.model import IPFamily, ServicePortInfo
 from kproxy.model import Protocol as L4Protocol
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
+from kproxy.modes.iptables.mode import load_now
+from kproxy.modes.userspace import RoundRobinBalancer
 from kproxy.testing.cluster import Cluster, Packet, emulated_node
 from kproxy.testing.outcome import EndpointShares, Outcome, Verdict
-from kproxy.userspace import RoundRobinBalancer
+from kproxy.trace.netfilter import trace_packet
 
 __all__ = [
     "DEFAULT_MODES",
@@ -230,7 +231,7 @@ def _ruleset(cluster: Cluster, family: IPFamily) -> Ruleset:
     netns = Netns(emulated_node(cluster.node), ManualClock(),
                   ruleset=Ruleset(6 if family is IPFamily.IPv6 else 4))
     renderer = IptablesRenderer(iptables_config(cluster, family))
-    EmulatedKernel(netns, family).load(renderer.render(cluster.snapshot))
+    load_now(EmulatedNetfilter(netns, family), renderer.render(cluster.snapshot))
     _rulesets[key] = netns.ruleset
     while len(_rulesets) > _CACHE_SIZE:
         _rulesets.popitem(last=False)
@@ -389,9 +390,9 @@ class IpvsAdapter:
         self.samples = connections
 
     def _node(self, cluster: Cluster, family: IPFamily, clock: ManualClock | None = None) -> Any:
-        from kproxy.kernel.ipvs_mode import IpvsMode
         from kproxy.kernel.ipvs_node import IpvsNode
         from kproxy.modes.ipvs import IpvsConfig, render
+        from kproxy.modes.ipvs.mode import IpvsMode
 
         n = cluster.node
         config = IpvsConfig(family=family, node_ips=n.node_ips, cluster_cidr=n.cluster_cidrs,
@@ -399,7 +400,7 @@ class IpvsAdapter:
                             scheduler=self.scheduler)
         version = 6 if family is IPFamily.IPv6 else 4
         node = IpvsNode(emulated_node(n), clock or ManualClock(), version=version)
-        IpvsMode(config, node).load(render(cluster.snapshot, config))
+        IpvsMode.emulated(config, node).load(render(cluster.snapshot, config))
         return node
 
     def outcome(self, cluster: Cluster, packet: Packet, *, trace: bool = False) -> Outcome:
@@ -412,7 +413,7 @@ class IpvsAdapter:
         and the IPVS connections that keep a template alive), so each is a *first* connection
         scheduled afresh rather than one client following its template.
         """
-        from kproxy.kernel.ipvs_trace import trace_ipvs
+        from kproxy.trace.ipvs import trace_ipvs
 
         node = self._node(cluster, packet.family)
         emulated = packet.to_emulated()

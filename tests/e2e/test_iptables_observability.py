@@ -13,7 +13,7 @@ from pathlib import Path
 
 import aiohttp
 
-from kproxy.kernel.serve import IptablesRunOptions, serve_iptables
+from kproxy.daemon.kernel import KernelRunOptions, serve_kernel_mode
 from kproxy.model import IPFamily, NodeConfig
 from kproxy.modes.iptables import IptablesConfig
 from kproxy.observability import ObservabilityOptions
@@ -51,7 +51,7 @@ def _sample(text: str, name: str) -> float:
 
 
 async def test_iptables_mode_serves_healthz_metrics_and_health_check_node_ports() -> None:
-    """serve_iptables answers /healthz, /livez, /metrics (with its syncs) and a health check node port."""
+    """serve_kernel_mode answers /healthz, /livez, /metrics (with its syncs) and a health check node port."""
     healthz, metrics, hc = _free_port(), _free_port(), _free_port()
     async with FakeApiServer() as api:
         lb = service("lb", "10.96.0.70", type="LoadBalancer", externalTrafficPolicy="Local",
@@ -60,13 +60,13 @@ async def test_iptables_mode_serves_healthz_metrics_and_health_check_node_ports(
         api.apply(lb)
         api.apply(endpoint_slice("lb", ["10.244.0.5"], 9, node_name="node-a"))
         source = KubeSource(api_client_factory(master=api.url), options=FAST)
-        options = IptablesRunOptions(config=IptablesConfig(node_ips=("192.168.0.10",)), min_sync_period_s=0.0,
+        options = KernelRunOptions(iptables=IptablesConfig(node_ips=("192.168.0.10",)), min_sync_period_s=0.0,
                                      sync_period_s=5.0)
         obs = ObservabilityOptions(healthz_bind_address=f"127.0.0.1:{healthz}",
                                    metrics_bind_address=f"127.0.0.1:{metrics}", proxy_mode="iptables")
         stop = asyncio.Event()
         node = NodeConfig(hostname="node-a", ip_families=(IPFamily.IPv4,))
-        task = asyncio.create_task(serve_iptables(source, node, options, stop, obs))
+        task = asyncio.create_task(serve_kernel_mode(source, node, options, stop, obs))
         try:
             status, body = await _poll(f"http://127.0.0.1:{hc}/")
             assert status == 200 and json.loads(body)["localEndpoints"] == 1

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 
 from kproxy.errors import InvalidTransition
 from kproxy.model import NodeConfig, Protocol, build_snapshot, parse_objects
-from kproxy.userspace import AddressEntry, UserspaceProxy, allocate_addresses
+from kproxy.modes.userspace import AddressEntry, UserspaceProxy, allocate_addresses
 from tests.e2e.backends import (
     identify,
     read_line,

@@ -13,8 +13,8 @@ from collections import Counter
 import pytest
 
 from kproxy.model import Endpoint, IPFamily
-from kproxy.userspace import UserspaceProxy
-from kproxy.userspace.tcp import WRITE_HIGH_WATER_BYTES
+from kproxy.modes.userspace import UserspaceProxy
+from kproxy.modes.userspace.tcp import WRITE_HIGH_WATER_BYTES
 from tests.e2e.backends import (
     FakeClock,
     TcpBackend,

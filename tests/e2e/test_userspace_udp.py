@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import pytest
 
 from kproxy.model import Protocol
-from kproxy.userspace import UserspaceProxy
+from kproxy.modes.userspace import UserspaceProxy
 from tests.e2e.backends import UdpBackend, service_port, snapshot, split, start_udp_backend
 
 CLUSTER_IP = "10.96.0.53"

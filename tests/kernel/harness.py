@@ -31,7 +31,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from kproxy.kernel import LinuxKernel
+from kproxy.kernel import LinuxNetfilter
 from kproxy.model.names import IPFamily
 from tests.kernel.netns import cleanup_stale, netns, sh
 from tests.unit.kernel.scenarios import (
@@ -160,7 +160,7 @@ class Topology:
     def __init__(self, names: dict[str, str], family: IPFamily = IPFamily.IPv4) -> None:
         self.names = names
         self.family = family
-        self.kernel = LinuxKernel(family, netns=names["node"], timeout_s=30.0)
+        self.kernel = LinuxNetfilter(family, netns=names["node"], timeout_s=30.0)
 
     def probe(self, probes: Sequence[Probe]) -> list[list[Answer]]:
         """Send every probe (one prober per namespace, all namespaces at once); answers in order."""

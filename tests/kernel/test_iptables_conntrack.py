@@ -55,18 +55,18 @@ def test_udp_flow_moves_to_the_new_endpoint_only_with_the_cleanup() -> None:
 def test_first_full_sync_sets_route_localnet() -> None:
     require_kernel("iptables-restore", "iptables-save", "iptables", "sysctl")
     cleanup_stale()
-    from kproxy.kernel import LinuxKernel
+    from kproxy.kernel import LinuxNetfilter
 
     with netns("localnet") as ns:
         read = ("ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.conf.all.route_localnet")
         sh("ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv4.conf.all.route_localnet=0")
         assert sh(*read).stdout.strip() == "0"
-        kernel = LinuxKernel(netns=ns, timeout_s=30.0)
+        kernel = LinuxNetfilter(netns=ns, timeout_s=30.0)
         asyncio.run(IptablesMode(CONFIG, kernel, now=lambda: 0.0).apply(snapshot_of([])))
         assert sh(*read).stdout.strip() == "1"
     with netns("nolocalnet") as ns:
         read = ("ip", "netns", "exec", ns, "sysctl", "-n", "net.ipv4.conf.all.route_localnet")
-        kernel = LinuxKernel(netns=ns, timeout_s=30.0)
+        kernel = LinuxNetfilter(netns=ns, timeout_s=30.0)
         off = IptablesConfig(node_ips=(NODE_IP,), localhost_nodeports=False)
         asyncio.run(IptablesMode(off, kernel, now=lambda: 0.0).apply(snapshot_of([])))
         assert sh(*read).stdout.strip() == "0"

@@ -1,7 +1,7 @@
 """The scenario table against the real kernel: the emulator predicts what the kernel does.
 
 For each configuration of the masquerade matrix, kube-proxy's rules are loaded into the node
-namespace through :class:`~kproxy.kernel.LinuxKernel` (``iptables-restore --noflush`` plus the
+namespace through :class:`~kproxy.kernel.LinuxNetfilter` (``iptables-restore --noflush`` plus the
 jump rules), every case of ``tests.unit.kernel.scenarios.CASES`` the kernel can carry is sent
 from its namespace, and the answers are compared with the emulator's prediction for the same
 rules: the verdict (answered / connection refused / timeout), the set of endpoints that answered,

@@ -6,7 +6,7 @@ kube-proxy runs one proxier per IP family; on an IPv6-only node it writes its ru
 Calico routes IPv6 pods, DAD off, IPv6 forwarding on), renders an IPv6 cluster with
 :class:`~kproxy.modes.iptables.IptablesRenderer` for ``IPFamily.IPv6`` (Services with ClusterIPs
 in ``fd00:30::/108``, EndpointSlices of ``addressType: IPv6``), loads it into the node through
-:class:`~kproxy.kernel.LinuxKernel` (``ip6tables``; kube-proxy's jump rules, then
+:class:`~kproxy.kernel.LinuxNetfilter` (``ip6tables``; kube-proxy's jump rules, then
 ``ip6tables-restore --noflush``), sends real TCP and UDP, and compares every answer with what
 the emulator (an IPv6 :class:`~emulation.Node` of the same shape and a version-6 ruleset) says
 for the same packet: the verdict (answered / connection refused / timeout), the endpoints that
@@ -46,10 +46,11 @@ import pytest
 from emulation import Interface, ManualClock, Node, Packet, Route
 from emulation.netfilter import Netns, Ruleset
 from emulation.packet import Protocol
-from kproxy.kernel import EmulatedKernel
+from kproxy.kernel import EmulatedNetfilter
 from kproxy.model import Snapshot
 from kproxy.model.names import IPFamily
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
+from kproxy.modes.iptables.mode import load_now
 from tests.conftest import require_kernel
 from tests.kernel.harness import V6, Answer, Probe, Topology, endpoint_name, topology6
 from tests.unit.kernel.scenarios import EP_PORT, HEALTH_PORT
@@ -219,7 +220,7 @@ def _snapshot() -> Snapshot:
 def load_emulator6(config: IptablesConfig) -> Netns:
     """An emulated IPv6 node holding kube-proxy's rules for :func:`cluster6` (a full sync)."""
     netns = Netns(node_model6(), ManualClock(), ruleset=Ruleset(6))
-    EmulatedKernel(netns, IPFamily.IPv6).load(IptablesRenderer(config).render(_snapshot(), full=True))
+    load_now(EmulatedNetfilter(netns, IPFamily.IPv6), IptablesRenderer(config).render(_snapshot(), full=True))
     return netns
 
 

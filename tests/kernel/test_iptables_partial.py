@@ -2,7 +2,7 @@
 
 For each history of snapshots (``tests.unit.modes.test_partial_property.histories``), one
 namespace is synced through :class:`~kproxy.modes.iptables.mode.IptablesMode` with a
-:class:`~kproxy.kernel.LinuxKernel` (full at start, partial after, ``iptables-restore
+:class:`~kproxy.kernel.LinuxNetfilter` (full at start, partial after, ``iptables-restore
 --noflush``), another gets a single full sync of the last snapshot; their ``iptables-save``
 outputs, canonically sorted, must be equal.
 """
@@ -14,7 +14,7 @@ import asyncio
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kproxy.kernel import LinuxKernel
+from kproxy.kernel import LinuxNetfilter
 from kproxy.model import Snapshot
 from kproxy.modes.iptables import IptablesRenderer
 from kproxy.modes.iptables.mode import IptablesMode
@@ -40,7 +40,7 @@ def _canonical(text: str) -> dict[str, dict[str, tuple[str, ...]]]:
 
 
 async def _partial(ns: str, history: list[Snapshot]) -> str:
-    kernel = LinuxKernel(netns=ns)
+    kernel = LinuxNetfilter(netns=ns)
     mode = IptablesMode(CONFIG, kernel, now=lambda: 0.0)
     for snapshot in history:
         await mode.apply(snapshot)
@@ -49,7 +49,7 @@ async def _partial(ns: str, history: list[Snapshot]) -> str:
 
 
 async def _full(ns: str, snapshot: Snapshot) -> str:
-    kernel = LinuxKernel(netns=ns)
+    kernel = LinuxNetfilter(netns=ns)
     await kernel.apply(IptablesRenderer(CONFIG).render(snapshot, full=True))
     return await kernel.save()
 

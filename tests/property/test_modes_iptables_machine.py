@@ -22,9 +22,10 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, consumes, invaria
 from emulation import ManualClock
 from emulation import Packet as EmulatedPacket
 from emulation.netfilter import Netns, Ruleset, load
-from kproxy.kernel.emulated import EmulatedKernel
+from kproxy.kernel.emulated import EmulatedNetfilter
 from kproxy.model import EndpointSlice, IPFamily, Service, parse_objects
 from kproxy.modes.iptables import IptablesRenderer, render_full
+from kproxy.modes.iptables.mode import load_now
 from kproxy.sources import Event, EventType
 from kproxy.sync import ChangeTracker
 from kproxy.testing import Cluster, NodeSpec, emulated_node, endpoint_slices, packets, services
@@ -60,7 +61,7 @@ class IptablesSyncMachine(RuleBasedStateMachine):
         self.clock = ManualClock()
         self.nodes = {f: Netns(emulated_node(NODE), self.clock, ruleset=Ruleset(6 if f is IPFamily.IPv6 else 4))
                       for f in FAMILIES}
-        self.kernels = {f: EmulatedKernel(self.nodes[f], f) for f in FAMILIES}
+        self.kernels = {f: EmulatedNetfilter(self.nodes[f], f) for f in FAMILIES}
         self.renderers = {f: IptablesRenderer(iptables_config(Cluster(manifests=()), f)) for f in FAMILIES}
         self.flows: list[tuple[IPFamily, EmulatedPacket, str]] = []
         self.rng = random.Random(0)
@@ -84,7 +85,7 @@ class IptablesSyncMachine(RuleBasedStateMachine):
         snapshot = self.tracker.checkout()
         for family in FAMILIES:
             result = self.renderers[family].render(snapshot)
-            self.kernels[family].load(result)
+            load_now(self.kernels[family], result)
             self.renderers[family].commit(result)
         self.syncs += 1
 
@@ -134,8 +135,8 @@ class IptablesSyncMachine(RuleBasedStateMachine):
         for family in FAMILIES:
             fresh = Netns(emulated_node(NODE), ManualClock(), ruleset=Ruleset(self.nodes[family].ruleset.version))
             config = iptables_config(self.cluster(), family)
-            kernel = EmulatedKernel(fresh, family)
-            kernel.load(IptablesRenderer(config).render(snapshot))
+            kernel = EmulatedNetfilter(fresh, family)
+            load_now(kernel, IptablesRenderer(config).render(snapshot))
             assert canonical(self.nodes[family]) == canonical(fresh), render_full(snapshot, config)
 
     @invariant()

@@ -13,6 +13,14 @@ ServicePortName rather than in Go's random map order.
 
 from kproxy.modes.iptables.canonical import sort_restore_text
 from kproxy.modes.iptables.config import NODEPORT_ADDRESSES_PRIMARY, IptablesConfig
+from kproxy.modes.iptables.mode import (
+    FULL_SYNC_PERIOD_S,
+    IptablesMode,
+    SyncRecord,
+    ensure_jumps,
+    load_now,
+    program,
+)
 from kproxy.modes.iptables.names import (
     compute_probability,
     endpoint_chain_name,
@@ -24,25 +32,38 @@ from kproxy.modes.iptables.names import (
     service_chain_name,
 )
 from kproxy.modes.iptables.renderer import IptablesRenderer
-from kproxy.modes.iptables.static import JUMP_RULES, KUBELET_JUMP_RULES, JumpRule, nfacct_counters
+from kproxy.modes.iptables.static import (
+    ENSURED_JUMPS,
+    JUMP_RULES,
+    KUBELET_JUMP_RULES,
+    JumpRule,
+    nfacct_counters,
+)
 from kproxy.modes.iptables.writer import RenderResult, render_full, render_partial
 
 __all__ = [
+    "ENSURED_JUMPS",
+    "FULL_SYNC_PERIOD_S",
     "JUMP_RULES",
     "KUBELET_JUMP_RULES",
     "NODEPORT_ADDRESSES_PRIMARY",
     "IptablesConfig",
+    "IptablesMode",
     "IptablesRenderer",
     "JumpRule",
     "RenderResult",
+    "SyncRecord",
     "compute_probability",
     "endpoint_chain_name",
+    "ensure_jumps",
     "external_chain_name",
     "firewall_chain_name",
     "is_service_chain_name",
+    "load_now",
     "local_policy_chain_name",
     "nfacct_counters",
     "port_proto_hash",
+    "program",
     "render_full",
     "render_partial",
     "service_chain_name",

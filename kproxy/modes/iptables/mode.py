@@ -14,14 +14,16 @@ Theory of operation
    PR 138571, and so does this). Otherwise it is partial (KEP-3453).
 2. On a full sync read the nat chains the kernel holds (``iptables-save -t nat``) so that stale
    service chains left by an earlier run are deleted.
-3. Render with :class:`~kproxy.modes.iptables.IptablesRenderer` and apply with the applier
-   (which, on a full result, creates the nfacct objects and ensures the jump rules).
+3. Render with :class:`~kproxy.modes.iptables.IptablesRenderer` and program it through the
+   narrow :class:`~kproxy.kernel.netfilter.NetfilterKernel` (:func:`program`, the one place the
+   sequence is written: on a full result ``route_localnet`` when localhost NodePorts are served,
+   the nfacct objects, then ``EnsureChain`` + ``EnsureRule(Prepend)`` of each of
+   :data:`~kproxy.modes.iptables.ENSURED_JUMPS`; then the restore).
 4. On success :meth:`~kproxy.modes.iptables.IptablesRenderer.commit`; on
    :class:`~kproxy.errors.KernelError` :meth:`~kproxy.modes.iptables.IptablesRenderer.failed` (so
    the next sync is full, as kube-proxy's ``needFullSync = true``) and re-raise, so the engine
    retries.
-5. After a successful sync, when the kernel can (``clear_conntrack``, see
-   :class:`~kproxy.kernel.conntrack.ConntrackCleaner`), delete stale UDP/SCTP conntrack entries
+5. After a successful sync, delete stale UDP/SCTP conntrack entries
    computed by :func:`~kproxy.kernel.conntrack.stale_conntrack_filters` from the last
    successfully applied Snapshot and this one (kube-proxy's ``conntrack.CleanStaleEntries``). A
    failure there is logged, never fatal (as kube-proxy).
@@ -29,21 +31,23 @@ Theory of operation
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import structlog
 
 from kproxy.errors import InvalidArgument, KernelError
-from kproxy.kernel.base import IptablesApplier
-from kproxy.kernel.conntrack import ConntrackCleaner, stale_conntrack_filters
+from kproxy.kernel.conntrack import stale_conntrack_filters
+from kproxy.kernel.emulated import EmulatedNetfilter, run_now
+from kproxy.kernel.netfilter import ROUTE_LOCALNET, NetfilterKernel
+from kproxy.model.names import IPFamily
 from kproxy.model.snapshot import Snapshot
 from kproxy.modes.iptables.config import IptablesConfig
 from kproxy.modes.iptables.renderer import IptablesRenderer
-from kproxy.modes.iptables.static import nfacct_counters
+from kproxy.modes.iptables.static import ENSURED_JUMPS, JumpRule, nfacct_counters
 from kproxy.modes.iptables.writer import RenderResult
 
-__all__ = ["FULL_SYNC_PERIOD_S", "IptablesMode", "SyncRecord"]
+__all__ = ["FULL_SYNC_PERIOD_S", "IptablesMode", "SyncRecord", "ensure_jumps", "load_now", "program"]
 
 #: kube-proxy's ``proxyutil.FullSyncPeriod``: one hour.
 FULL_SYNC_PERIOD_S = 3600.0
@@ -72,13 +76,52 @@ class SyncRecord:
     error: str = ""
 
 
+async def ensure_jumps(kernel: NetfilterKernel, jumps: Iterable[JumpRule] = ENSURED_JUMPS) -> None:
+    """kube-proxy's ``EnsureChain`` of each jump's target, then ``EnsureRule(Prepend)`` of the jump.
+
+    Raises:
+        KernelError: a chain or a rule was refused.
+    """
+    for jump in jumps:
+        await kernel.ensure_chain(jump.table, jump.target)
+        await kernel.ensure_rule(jump.table, jump.chain, jump.argv)
+
+
+async def program(kernel: NetfilterKernel, result: RenderResult, *, nfacct: Sequence[str] = ()) -> None:
+    """Put ``result`` into ``kernel`` in kube-proxy's order (``syncProxyRules``).
+
+    On a full result: ``route_localnet=1`` when the rules serve IPv4 localhost NodePorts (issue
+    90259), the nfacct objects ``nfacct``, then :func:`ensure_jumps`; then, full or partial,
+    ``iptables-restore --noflush --counters`` of the text.
+
+    Raises:
+        KernelError: a step was refused; the restore itself changed nothing.
+    """
+    if result.full:
+        if result.route_localnet and kernel.family is IPFamily.IPv4:
+            await kernel.ensure_sysctl(ROUTE_LOCALNET, "1")
+        for name in nfacct:
+            await kernel.create_nfacct(name)
+        await ensure_jumps(kernel)
+    await kernel.restore(result.text, noflush=True, counters=True)
+
+
+def load_now(kernel: EmulatedNetfilter, result: RenderResult, *, nfacct: Sequence[str] = ()) -> None:
+    """:func:`program` on an emulated kernel, synchronously (traces and tests build nodes so).
+
+    Raises:
+        KernelError: see :func:`program`.
+    """
+    run_now(program(kernel, result, nfacct=nfacct))
+
+
 class IptablesMode:
     """Keep one IP family's iptables rules in a kernel in sync with the snapshots.
 
     Args:
         config: the proxier's settings; its ``family`` must be the applier's.
-        kernel: where the rules go (:class:`~kproxy.kernel.EmulatedKernel`,
-            :class:`~kproxy.kernel.LinuxKernel`, or anything with the same methods).
+        kernel: where the rules go (:class:`~kproxy.kernel.EmulatedNetfilter`,
+            :class:`~kproxy.kernel.LinuxNetfilter`, or any :class:`~kproxy.kernel.NetfilterKernel`).
         now: the clock, in seconds (e.g. ``time.monotonic`` or a fake clock's ``now``).
         full_sync_period_s: force a full sync when the last one is older than this.
         history: how many :class:`SyncRecord` to keep in :attr:`history` (0: none).
@@ -87,10 +130,10 @@ class IptablesMode:
         InvalidArgument: the families differ, the kernel lacks ``apply``, or a period <= 0.
     """
 
-    def __init__(self, config: IptablesConfig, kernel: IptablesApplier, *, now: Callable[[], float],
+    def __init__(self, config: IptablesConfig, kernel: NetfilterKernel, *, now: Callable[[], float],
                  full_sync_period_s: float = FULL_SYNC_PERIOD_S, history: int = 16) -> None:
-        if not isinstance(kernel, IptablesApplier):
-            raise InvalidArgument(f"kernel must have async apply() and existing_chains(), got {kernel!r}")
+        if not isinstance(kernel, NetfilterKernel):
+            raise InvalidArgument(f"kernel must implement kproxy.kernel.NetfilterKernel, got {kernel!r}")
         if kernel.family is not config.family:
             raise InvalidArgument(f"config renders {config.family} but the kernel is {kernel.family}; "
                                   "use config.for_family(kernel.family)")
@@ -135,10 +178,10 @@ class IptablesMode:
         if self._periodic_due(now_s):
             self.renderer.request_full()
         full = self.renderer.needs_full or self.renderer.applied is None
-        existing = await self.kernel.existing_chains() if full else frozenset()
+        existing = await self.kernel.list_chains("nat") if full else frozenset()
         result = self.renderer.render(snapshot, existing_chains=existing)
         try:
-            await self.kernel.apply(result, nfacct=self._nfacct)
+            await program(self.kernel, result, nfacct=self._nfacct)
         except KernelError as err:
             self.renderer.failed()
             self._record(snapshot, result, now_s, str(err))
@@ -158,8 +201,6 @@ class IptablesMode:
                    deleted_chains=len(result.deleted_chains))
 
     async def _clean_conntrack(self, previous: Snapshot | None, snapshot: Snapshot) -> None:
-        if not isinstance(self.kernel, ConntrackCleaner):
-            return
         filters = stale_conntrack_filters(previous, snapshot, self.config.family)
         if not filters:
             return

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kproxy.kernel.netfilter import quote_argument
 from kproxy.modes.iptables.config import FamilyContext, IptablesConfig, family_context
 from kproxy.modes.iptables.names import (
     KUBE_EXTERNAL_SERVICES,
@@ -26,6 +27,7 @@ from kproxy.modes.iptables.names import (
 )
 
 __all__ = [
+    "ENSURED_JUMPS",
     "FILTER_TOP_CHAINS",
     "JUMP_RULES",
     "KUBELET_JUMP_RULES",
@@ -52,8 +54,6 @@ def chain_line(chain: str) -> str:
     return f":{chain} - [0:0]\n"
 
 
-def _quote(word: str) -> str:
-    return f'"{word}"' if " " in word else word
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,7 +86,7 @@ class JumpRule:
 
     def restore_line(self) -> str:
         """``-I CHAIN ...`` for an ``iptables-restore --noflush`` input (comment quoted)."""
-        return " ".join(("-I", self.chain, *(_quote(a) for a in self.argv)))
+        return " ".join(("-I", self.chain, *(quote_argument(a) for a in self.argv)))
 
 
 def _jump(table: str, chain: str, target: str, comment: str, new_only: bool = False) -> JumpRule:
@@ -116,6 +116,10 @@ KUBELET_JUMP_RULES: tuple[JumpRule, ...] = (
     JumpRule(table="filter", chain="INPUT", target=KUBE_FIREWALL),
     JumpRule(table="filter", chain="OUTPUT", target=KUBE_FIREWALL),
 )
+
+#: What kube-proxy ensures on every full sync, in order: ``iptablesJumpChains`` then
+#: ``iptablesKubeletJumpChains`` (kubelet's KUBE-FIREWALL jumps, kept by kube-proxy as well).
+ENSURED_JUMPS: tuple[JumpRule, ...] = (*JUMP_RULES, *KUBELET_JUMP_RULES)
 
 
 def nfacct_counters(config: IptablesConfig) -> tuple[str, ...]:

@@ -5,7 +5,7 @@
   the virtual and real servers (:class:`IpvsState`), its ipsets and its iptables-restore input.
 - :data:`JUMP_RULES` are the jumps it ensures into its chains outside the restore.
 - :class:`GracefulTermination` is ``graceful_termination.go``; :class:`IpvsMode` (in
-  :mod:`kproxy.kernel.ipvs_mode`) applies renders to an emulated node.
+  :mod:`kproxy.modes.ipvs.mode`) applies renders to an emulated node.
 """
 
 from kproxy.modes.ipvs.config import DEFAULT_SCHEDULER, IpvsConfig

@@ -10,7 +10,8 @@ connections are gone; one already gone from the kernel just leaves the list. The
 maximum wait. An endpoint that comes back while listed is moved out
 (``MoveRSOutofGracefulDeleteList``: deleted at once, whatever its connections) and added again.
 
-The kernel is an :class:`emulation.ipvs.IpvsTable`; time is injected (``now`` in seconds).
+The kernel is an :class:`~kproxy.kernel.ipvs.IpvsKernel`; time is injected (``now`` in seconds, for
+the list's bookkeeping; the kernel keeps its own clock).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, replace
 
-from emulation.ipvs import IpvsError, IpvsTable, ServiceKey
+from emulation.ipvs import ServiceKey
+from kproxy.errors import KernelError
+from kproxy.kernel.ipvs import IpvsKernel
 
 __all__ = ["CHECK_INTERVAL_S", "GracefulTermination", "ListedServer", "termination_needed"]
 
@@ -47,11 +50,11 @@ class GracefulTermination:
     """The termination list of one proxier (see the module docstring).
 
     Args:
-        table: the IPVS table the servers live in.
+        kernel: the IPVS kernel the servers live in.
     """
 
-    def __init__(self, table: IpvsTable) -> None:
-        self.table = table
+    def __init__(self, kernel: IpvsKernel) -> None:
+        self.kernel = kernel
         self._items: dict[tuple[ServiceKey, _DestKey], ListedServer] = {}
         self._last_check_s: float | None = None
 
@@ -66,16 +69,13 @@ class GracefulTermination:
 
     def _try_delete(self, service: ServiceKey, dest: _DestKey, now: float) -> bool:
         """``deleteRsFunc``: True when the server is gone (deleted now, or already absent)."""
-        try:
-            svc = self.table.service(service)
-        except IpvsError:
-            return True
-        found = svc.find(dest)
+        svc = self.kernel.virtual_server(service)
+        found = svc.find(dest) if svc is not None else None
         if found is None:
             return True
-        if termination_needed(service.protocol) and found.activeconns + found.inactconns != 0:
+        if termination_needed(service.protocol) and found.active_conns + found.inactive_conns != 0:
             return False
-        self.table.del_dest(service, dest, now)
+        self.kernel.delete_real_server(service, dest)
         return True
 
     def delete(self, service: ServiceKey, dest: _DestKey, now: float) -> bool:
@@ -86,18 +86,18 @@ class GracefulTermination:
         """
         if self._try_delete(service, dest, now):
             return True
-        svc = self.table.service(service)
-        found = svc.find(dest)
+        svc = self.kernel.virtual_server(service)
+        found = svc.find(dest) if svc is not None else None
         assert found is not None
-        self.table.edit_dest(service, replace(svc.dest_spec(found), weight=0))
+        self.kernel.update_real_server(service, replace(found.spec, weight=0))
         self._items[(service, dest)] = ListedServer(service=service, dest=dest, since_s=now)
         return False
 
     def move_out(self, service: ServiceKey, dest: _DestKey, now: float) -> None:
         """``MoveRSOutofGracefulDeleteList``: delete the server at once and forget it."""
         self._items.pop((service, dest), None)
-        with contextlib.suppress(IpvsError):
-            self.table.del_dest(service, dest, now)
+        with contextlib.suppress(KernelError):
+            self.kernel.delete_real_server(service, dest)
 
     def check(self, now: float) -> list[ListedServer]:
         """One ``tryDeleteRs`` round: delete every listed server whose connections are gone.
@@ -106,7 +106,6 @@ class GracefulTermination:
             The servers that left the list.
         """
         self._last_check_s = now
-        self.table.advance(now)  # the kernel's connection timers fire on their own time
         done = [item for key, item in list(self._items.items()) if self._try_delete(*key, now)]
         for item in done:
             del self._items[(item.service, item.dest)]

@@ -20,7 +20,7 @@ import pytest
 from kproxy.cli.main import main
 from kproxy.config import load_configuration
 from kproxy.errors import ConfigError
-from kproxy.kernel.trace import PLACEHOLDER_IPS
+from kproxy.kernel.node import PLACEHOLDER_IPS
 from tests.unit.kernel.scenarios import NODE, NODE_IP, cluster
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kproxy.cli.durations import parse_duration
+from kproxy.config.durations import parse_duration
 from kproxy.errors import ConfigError
 
 

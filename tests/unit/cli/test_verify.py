@@ -12,9 +12,10 @@ import pytest
 from emulation import ManualClock
 from emulation.netfilter import Netns, Ruleset
 from kproxy.cli.main import main
-from kproxy.kernel.emulated import EmulatedKernel
+from kproxy.kernel.emulated import EmulatedNetfilter
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import IptablesRenderer
+from kproxy.modes.iptables.mode import load_now
 from kproxy.testing import Cluster, NodeSpec, Outcome, Verdict, emulated_node
 from kproxy.testing import modes as modes_module
 from kproxy.testing.modes import iptables_config
@@ -36,7 +37,7 @@ def _node_dump() -> str:
     """What a node running kube-proxy for the scenario cluster would print with ``iptables-save -c``."""
     c = Cluster(manifests=tuple(cluster()), node=NODE)
     netns = Netns(emulated_node(NODE), ManualClock(), ruleset=Ruleset(4))
-    EmulatedKernel(netns, IPFamily.IPv4).load(IptablesRenderer(iptables_config(c, IPFamily.IPv4)).render(c.snapshot))
+    load_now(EmulatedNetfilter(netns, IPFamily.IPv4), IptablesRenderer(iptables_config(c, IPFamily.IPv4)).render(c.snapshot))
     return netns.save(counters=True)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from kproxy.cli.main import _iptables_options, build_parser, main
+from kproxy.cli.main import _kernel_options, build_parser, main
 from kproxy.config.flags import merge_config
 from kproxy.config.kubeproxy import API_VERSION, KIND
 from kproxy.daemon import UserspaceOptions
@@ -42,7 +42,7 @@ def test_file_iptables_fields_reach_the_iptables_config(tmp_path: Path) -> None:
     args = _args(tmp_path, "mode: iptables\niptables:\n  masqueradeBit: 0\n  masqueradeAll: true\n"
                            "  localhostNodePorts: false\nclusterCIDR: 10.244.0.0/16\n"
                            "nodePortAddresses: [192.168.0.0/24]\n")
-    config = _iptables_options(args, UserspaceOptions()).config  # type: ignore[arg-type]
+    config = _kernel_options(args, UserspaceOptions()).iptables  # type: ignore[arg-type]
     assert (config.masquerade_bit, config.masquerade_all, config.localhost_nodeports) == (0, True, False)
     assert config.cluster_cidr == ("10.244.0.0/16",)
     assert config.nodeport_addresses == ("192.168.0.0/24",)
@@ -52,7 +52,7 @@ def test_flags_override_the_files_iptables_fields(tmp_path: Path) -> None:
     """--iptables-masquerade-bit and --iptables-localhost-nodeports beat the file's values."""
     args = _args(tmp_path, "iptables:\n  masqueradeBit: 3\n  localhostNodePorts: false\n", "--proxy-mode",
                  "iptables", "--iptables-masquerade-bit", "5", "--iptables-localhost-nodeports", "true")
-    config = _iptables_options(args, UserspaceOptions()).config  # type: ignore[arg-type]
+    config = _kernel_options(args, UserspaceOptions()).iptables  # type: ignore[arg-type]
     assert (config.masquerade_bit, config.localhost_nodeports) == (5, True)
 
 

@@ -27,8 +27,10 @@ from typing import Any
 
 from emulation import Interface, ManualClock, Node, Packet, Route
 from emulation.netfilter import Netns
-from kproxy.kernel import EmulatedKernel, trace_packet
+from kproxy.kernel import EmulatedNetfilter
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
+from kproxy.modes.iptables.mode import load_now
+from kproxy.trace import trace_packet
 from tests.unit.modes.kube import endpoint_slice, ep, port, service, snapshot_of
 
 NODE = "node-a"
@@ -277,10 +279,10 @@ class Prediction:
 
 def load_emulator(config: IptablesConfig, docs: list[dict[str, Any]] | None = None) -> Netns:
     """An emulated node (:func:`node_model`) holding kube-proxy's rules for ``docs`` (default
-    :func:`cluster`), loaded as :class:`~kproxy.kernel.EmulatedKernel` loads a full sync."""
+    :func:`cluster`), loaded as :class:`~kproxy.kernel.EmulatedNetfilter` loads a full sync."""
     snapshot = snapshot_of(cluster() if docs is None else docs, hostname=NODE)
     netns = Netns(node_model(), ManualClock())
-    EmulatedKernel(netns).load(IptablesRenderer(config).render(snapshot))
+    load_now(EmulatedNetfilter(netns), IptablesRenderer(config).render(snapshot))
     return netns
 
 

@@ -8,7 +8,7 @@ import random
 
 from emulation import Interface, ManualClock, Node, Packet, Route
 from emulation.netfilter import Netns, Ruleset
-from kproxy.kernel import EmulatedKernel
+from kproxy.kernel import EmulatedNetfilter
 from kproxy.kernel.conntrack import ConntrackFilter, stale_conntrack_filters
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import IptablesConfig
@@ -89,7 +89,7 @@ def _send(ns: Netns) -> str:
 def test_mode_moves_a_udp_flow_off_a_removed_endpoint() -> None:
     """Fails without the cleanup: the flow from a fixed source port keeps its old DNAT."""
     ns = _node()
-    mode = IptablesMode(IptablesConfig(node_ips=("192.168.0.2",)), EmulatedKernel(ns), now=lambda: 0.0)
+    mode = IptablesMode(IptablesConfig(node_ips=("192.168.0.2",)), EmulatedNetfilter(ns), now=lambda: 0.0)
     first = snapshot_of(_docs(["10.0.1.1"]))
     asyncio.run(mode.apply(first))
     assert _send(ns) == "10.0.1.1:53"
@@ -99,7 +99,7 @@ def test_mode_moves_a_udp_flow_off_a_removed_endpoint() -> None:
 
 def test_emulated_kernel_deletes_only_matching_entries() -> None:
     ns = _node()
-    kernel = EmulatedKernel(ns)
+    kernel = EmulatedNetfilter(ns)
     mode = IptablesMode(IptablesConfig(node_ips=("192.168.0.2",)), kernel, now=lambda: 0.0)
     asyncio.run(mode.apply(snapshot_of(_docs(["10.0.1.1"]))))
     _send(ns)

@@ -13,10 +13,10 @@ import asyncio
 import pytest
 
 from emulation import ManualClock
-from kproxy.kernel.ipvs_mode import IpvsMode
 from kproxy.kernel.ipvs_node import IpvsNode
-from kproxy.kernel.ipvs_trace import trace_ipvs
 from kproxy.modes.ipvs import IpvsConfig
+from kproxy.modes.ipvs.mode import IpvsMode
+from kproxy.trace.ipvs import trace_ipvs
 from tests.unit.kernel.scenarios import (
     CASES,
     CLIENT_GW,
@@ -77,7 +77,7 @@ EXPECTED: dict[str, tuple[str, dict[str, float], bool]] = {
 def node() -> IpvsNode:
     """The scenario cluster programmed by the ipvs mode into an emulated node."""
     node = IpvsNode(node_model(), ManualClock())
-    asyncio.run(IpvsMode(CONFIG, node).apply(snapshot_of(cluster(), hostname=NODE)))
+    asyncio.run(IpvsMode.emulated(CONFIG, node).apply(snapshot_of(cluster(), hostname=NODE)))
     return node
 
 

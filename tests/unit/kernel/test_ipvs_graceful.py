@@ -6,9 +6,9 @@ import asyncio
 from dataclasses import replace
 
 from emulation import Interface, ManualClock, Node, Packet, Route
-from kproxy.kernel.ipvs_mode import IpvsMode
 from kproxy.kernel.ipvs_node import IpvsNode
 from kproxy.modes.ipvs import CHECK_INTERVAL_S, IpvsConfig
+from kproxy.modes.ipvs.mode import IpvsMode
 from tests.unit.modes.kube import endpoint_slice, ep, port, service, snapshot_of
 
 VIP, A, B = "10.96.0.10", "10.180.0.1", "10.180.0.2"
@@ -43,7 +43,7 @@ def test_removed_tcp_endpoint_drains_then_is_deleted() -> None:
     """A removed TCP endpoint with a connection goes to weight 0, keeps its connection, gets no new
     ones, and is deleted at the first one-minute check after its connection expired."""
     node, clock = _node()
-    mode = IpvsMode(IpvsConfig(), node)
+    mode = IpvsMode.emulated(IpvsConfig(), node)
     _apply(mode, _docs([A, B]), 1)
     first = node.send(_syn(40000))
     held = first.destination
@@ -64,7 +64,7 @@ def test_removed_tcp_endpoint_drains_then_is_deleted() -> None:
 def test_removed_udp_endpoint_is_deleted_at_once() -> None:
     """UDP real servers are deleted immediately (IsRsGracefulTerminationNeeded is false for UDP)."""
     node, _ = _node()
-    mode = IpvsMode(IpvsConfig(), node)
+    mode = IpvsMode.emulated(IpvsConfig(), node)
     _apply(mode, _docs([A, B], "UDP"), 1)
     held = node.send(_syn(40000, "udp")).destination
     keep = B if held.startswith(A) else A
@@ -75,7 +75,7 @@ def test_removed_udp_endpoint_is_deleted_at_once() -> None:
 def test_idle_endpoint_is_deleted_at_once() -> None:
     """A removed TCP endpoint without connections is deleted at once, not weighted to 0."""
     node, _ = _node()
-    mode = IpvsMode(IpvsConfig(), node)
+    mode = IpvsMode.emulated(IpvsConfig(), node)
     _apply(mode, _docs([A, B]), 1)
     _apply(mode, _docs([A]), 2)
     assert _weights(node) == {f"{A}:8080": 1}
@@ -84,7 +84,7 @@ def test_idle_endpoint_is_deleted_at_once() -> None:
 def test_returning_endpoint_leaves_the_termination_list() -> None:
     """An endpoint that comes back while draining is deleted and re-added at weight 1."""
     node, _ = _node()
-    mode = IpvsMode(IpvsConfig(), node)
+    mode = IpvsMode.emulated(IpvsConfig(), node)
     _apply(mode, _docs([A, B]), 1)
     held = node.send(_syn(40000)).destination
     rest = [ip for ip in (A, B) if not held.startswith(ip)]
@@ -96,7 +96,7 @@ def test_returning_endpoint_leaves_the_termination_list() -> None:
 def test_persistence_holds_for_the_affinity_timeout() -> None:
     """ClientIP affinity keeps a client on one endpoint until the template expires, then rr moves on."""
     node, clock = _node()
-    mode = IpvsMode(IpvsConfig(), node)
+    mode = IpvsMode.emulated(IpvsConfig(), node)
     _apply(mode, _docs([A, B], sessionAffinity="ClientIP",
                        sessionAffinityConfig={"clientIP": {"timeoutSeconds": 30}}), 1)
     first = node.send(_syn(40000)).destination
@@ -108,7 +108,7 @@ def test_persistence_holds_for_the_affinity_timeout() -> None:
 def test_deleted_service_removes_its_virtual_server_and_address() -> None:
     """A Service that goes away loses its virtual server and its kube-ipvs0 address (cleanLegacyService)."""
     node, _ = _node()
-    mode = IpvsMode(IpvsConfig(), node)
+    mode = IpvsMode.emulated(IpvsConfig(), node)
     _apply(mode, _docs([A]), 1)
     assert node.bound == (VIP,)
     _apply(mode, [], 2)

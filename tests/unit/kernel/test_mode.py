@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
 
 import pytest
 
 from emulation import ManualClock
 from emulation.netfilter import Netns, Ruleset
 from kproxy.errors import InvalidArgument, KernelError
-from kproxy.kernel import EmulatedKernel
+from kproxy.kernel import EmulatedNetfilter
 from kproxy.model import IPFamily
-from kproxy.modes.iptables import IptablesConfig, RenderResult
+from kproxy.modes.iptables import IptablesConfig
 from kproxy.modes.iptables.mode import FULL_SYNC_PERIOD_S, IptablesMode
 from tests.unit.kernel.scenarios import NODE, cluster, node_model
 from tests.unit.modes.kube import endpoint_slice, ep, next_snapshot, snapshot_of
@@ -21,16 +20,16 @@ from tests.unit.modes.kube import endpoint_slice, ep, next_snapshot, snapshot_of
 CONFIG = IptablesConfig(node_ips=("192.168.0.2",), cluster_cidr=("10.0.0.0/8",))
 
 
-class FlakyKernel(EmulatedKernel):
+class FlakyKernel(EmulatedNetfilter):
     """An emulated kernel that refuses the next ``fail`` applies."""
 
     fail = 0
 
-    async def apply(self, result: RenderResult, *, nfacct: Sequence[str] = ()) -> None:
+    async def restore(self, text: str, *, noflush: bool = True, counters: bool = True) -> None:
         if self.fail:
             self.fail -= 1
             raise KernelError("injected failure")
-        await super().apply(result, nfacct=nfacct)
+        await super().restore(text, noflush=noflush, counters=counters)
 
 
 class Clock:
@@ -113,6 +112,6 @@ def test_request_full() -> None:
 
 def test_family_mismatch_is_refused() -> None:
     """An IPv6 config cannot drive an IPv4 kernel."""
-    kernel = EmulatedKernel(Netns(node_model(), ManualClock()))
+    kernel = EmulatedNetfilter(Netns(node_model(), ManualClock()))
     with pytest.raises(InvalidArgument, match="IPv6"):
         IptablesMode(CONFIG.for_family(IPFamily.IPv6), kernel, now=lambda: 0.0)

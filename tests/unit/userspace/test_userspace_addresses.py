@@ -9,7 +9,7 @@ import pytest
 
 from kproxy.errors import ConfigError
 from kproxy.model import Protocol
-from kproxy.userspace import (
+from kproxy.modes.userspace import (
     ListenPlan,
     UserspaceProxy,
     allocate_addresses,

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from kproxy.errors import InvalidArgument, NoEndpointsError
-from kproxy.userspace import DEFAULT_AFFINITY_TTL_S, RoundRobinBalancer
+from kproxy.modes.userspace import DEFAULT_AFFINITY_TTL_S, RoundRobinBalancer
 
 EPS = ["10.0.0.3:80", "10.0.0.1:80", "10.0.0.2:80"]
 

@@ -7,7 +7,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kproxy.userspace import RoundRobinBalancer
+from kproxy.modes.userspace import RoundRobinBalancer
 
 UNIVERSE = tuple(f"10.0.0.{i}:80" for i in range(1, 7))
 

@@ -5,7 +5,7 @@ Theory of operation. kube-proxy's userspace ``proxier.go`` ``mergeService`` in o
 
 * a port that left the snapshot, or whose ClusterIP, port number or protocol changed, has its
   listener closed (open TCP connections stay; UDP sessions end, as in the legacy proxier);
-* a port that is new gets an address (:mod:`kproxy.userspace.addresses`), a bound socket, a
+* a port that is new gets an address (:mod:`kproxy.modes.userspace.addresses`), a bound socket, a
   balancer and a listener; a port that fails to bind is logged and retried on the next apply,
   and never stops the others. New ports of one ClusterIP and port number are bound together, so
   TCP and UDP share one port also when it falls back (a warning names the service, the wanted port
@@ -15,7 +15,7 @@ Theory of operation. kube-proxy's userspace ``proxier.go`` ``mergeService`` in o
   config change;
 * a port without endpoints refuses as kube-proxy's REJECT rule does: its TCP port is held but not
   listening (connect() gets ECONNREFUSED) and its UDP socket is closed (ICMP port unreachable);
-  see :mod:`kproxy.userspace.tcp` and :mod:`kproxy.userspace.udp`. The UDP socket is re-bound
+  see :mod:`kproxy.modes.userspace.tcp` and :mod:`kproxy.modes.userspace.udp`. The UDP socket is re-bound
   when endpoints return, on another port if its own was taken meanwhile; the address table
   always shows the port in use;
 * SCTP ports are logged and skipped: the userspace mode never served SCTP.
@@ -44,8 +44,8 @@ import structlog
 from kproxy.errors import ConfigError, InvalidArgument, InvalidTransition, KproxyError
 from kproxy.model.names import IPFamily, Protocol, ServicePortName, join_host_port
 from kproxy.model.snapshot import ServicePortInfo, Snapshot
-from kproxy.userspace._tasks import TaskOwner
-from kproxy.userspace.addresses import (
+from kproxy.modes.userspace._tasks import TaskOwner
+from kproxy.modes.userspace.addresses import (
     DEFAULT_LOOPBACK_BLOCK,
     ListenPlan,
     allocate_addresses,
@@ -53,19 +53,19 @@ from kproxy.userspace.addresses import (
     parse_bind_address,
     plan_listen,
 )
-from kproxy.userspace.balancer import RoundRobinBalancer
-from kproxy.userspace.tcp import (
+from kproxy.modes.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace.tcp import (
     DEFAULT_DIAL_TIMEOUTS_S,
     ConnectionRegistry,
     TcpConnectionInfo,
     TcpListener,
     TcpStats,
 )
-from kproxy.userspace.udp import DEFAULT_UDP_IDLE_TIMEOUT_S, UdpListener, UdpStats
+from kproxy.modes.userspace.udp import DEFAULT_UDP_IDLE_TIMEOUT_S, UdpListener, UdpStats
 
 __all__ = ["AddressEntry", "UserspaceProxy"]
 
-_log = structlog.get_logger("kproxy.userspace")
+_log = structlog.get_logger("kproxy.modes.userspace")
 
 _Key = tuple[IPFamily, ServicePortName]
 
@@ -106,7 +106,7 @@ class UserspaceProxy:
     """The userspace data plane: a listener per service port, reconciled with each Snapshot.
 
     As kube-proxy's legacy userspace proxier (``pkg/proxy/userspace``), rootless: listeners on
-    loopback instead of iptables portals (see :mod:`kproxy.userspace.addresses`).
+    loopback instead of iptables portals (see :mod:`kproxy.modes.userspace.addresses`).
 
     Use ``async with UserspaceProxy(...) as proxy:`` or call :meth:`aclose` when done.
 

@@ -26,11 +26,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from emulation import Interface, Node, Packet, Route
+from emulation import Packet
 from emulation.netfilter import Netns, Outcome, Ruleset, TraceStep
 from emulation.netfilter.rules import BUILTIN_CHAINS, Chain
 from emulation.netfilter.targets import Jump, UnknownTarget
 from kproxy.errors import ConfigError
+from kproxy.kernel.node import EXTERNAL_INTERFACE, PLACEHOLDER_IPS, trace_node
 
 __all__ = [
     "EXTERNAL_INTERFACE",
@@ -48,10 +49,6 @@ __all__ = [
     "trace_packet",
 ]
 
-#: The interface packets from outside arrive on, and forwarded packets leave by.
-EXTERNAL_INTERFACE = "eth0"
-#: Addresses given to ``eth0`` for a family without node IPs (TEST-NET, never a real node).
-PLACEHOLDER_IPS = {4: "192.0.2.1", 6: "2001:db8:ffff::1"}
 _DEFAULT_SPORT = 40000
 _VERDICT_ORDER = ("ACCEPT", "DROP", "REJECT")
 
@@ -224,34 +221,6 @@ def parse_host_port(text: str, *, flag: str, need_port: bool) -> tuple[str, int 
     if need_port and port is None:
         raise ConfigError(f"{flag}: a port is needed, e.g. 10.96.0.10:80, got {text!r}")
     return str(ip), port
-
-
-def trace_node(node_ips: Sequence[str], *, route_localnet: bool = True) -> Node:
-    """The node model described in the module docstring.
-
-    Raises:
-        ConfigError: a node IP is not an IP address.
-    """
-    addresses: list[str] = []
-    versions = set()
-    for ip in node_ips:
-        try:
-            parsed = ipaddress.ip_address(ip)
-        except ValueError:
-            raise ConfigError(f"--node-ip: expected an IP address, got {ip!r}") from None
-        if parsed.is_loopback:
-            continue
-        versions.add(parsed.version)
-        addresses.append(f"{parsed}/{parsed.max_prefixlen}")
-    for version, ip in PLACEHOLDER_IPS.items():
-        if version not in versions:
-            addresses.append(f"{ip}/{32 if version == 4 else 128}")
-    return Node(
-        interfaces=(Interface(name=EXTERNAL_INTERFACE, addresses=tuple(addresses)),),
-        routes=(Route(destination="default", device=EXTERNAL_INTERFACE),
-                Route(destination="default", device=EXTERNAL_INTERFACE, version=6)),
-        route_localnet=route_localnet,
-    )
 
 
 def make_packet(src: str, dst: str, proto: str, node_ips: Sequence[str]) -> Packet:

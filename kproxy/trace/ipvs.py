@@ -1,8 +1,8 @@
 """``kproxy trace`` through an IPVS node: from manifests (the ipvs mode) or from a real node's dumps.
 
 Theory of operation: :func:`node_from_render` programs an :class:`IpvsNode` (the trace node of
-:func:`kproxy.kernel.trace.trace_node`) with an ipvs-mode render through
-:class:`~kproxy.kernel.ipvs_mode.IpvsMode`; :func:`node_from_dumps` loads a node's own dumps:
+:func:`kproxy.trace.netfilter.trace_node`) with an ipvs-mode render through
+:class:`~kproxy.modes.ipvs.mode.IpvsMode`; :func:`node_from_dumps` loads a node's own dumps:
 
 - ``ipvsadm-save -n`` text is replayed as ``ipvsadm-restore`` would (each ``-a`` goes to the
   head of its list, so a sorted save ends in reverse order); ``ipvsadm -Ln`` text is read as
@@ -33,10 +33,11 @@ from emulation.ipset import load_save
 from emulation.ipvs import IpvsTable, Sysctls, format_address, load_list, load_rules
 from emulation.netfilter import load
 from kproxy.errors import ConfigError
-from kproxy.kernel.ipvs_mode import IpvsMode
 from kproxy.kernel.ipvs_node import IpvsNode
-from kproxy.kernel.trace import TraceEndpoint, TraceResult, trace_node, trace_packet
+from kproxy.kernel.node import trace_node
 from kproxy.modes.ipvs import IpvsConfig, IpvsRender
+from kproxy.modes.ipvs.mode import IpvsMode
+from kproxy.trace.netfilter import TraceEndpoint, TraceResult, trace_packet
 
 __all__ = ["node_from_dumps", "node_from_render", "trace_ipvs"]
 
@@ -45,7 +46,7 @@ def node_from_render(rendered: IpvsRender, node_ips: Sequence[str]) -> IpvsNode:
     """A trace node programmed with ``rendered`` as :class:`IpvsMode` programs it."""
     config: IpvsConfig = rendered.config
     node = IpvsNode(trace_node(node_ips), ManualClock(), version=6 if config.ipv6 else 4)
-    IpvsMode(config, node).load(rendered)
+    IpvsMode.emulated(config, node).load(rendered)
     return node
 
 
@@ -116,7 +117,7 @@ def trace_ipvs(node: IpvsNode, packet: Packet, *, connections: int = 1, zero_bui
         packet: the first packet of a connection.
         connections: how many new connections to simulate for the endpoint shares (1: the
             traced packet's own answer).
-        zero_builtin_lines: as :func:`~kproxy.kernel.trace.trace_packet`.
+        zero_builtin_lines: as :func:`~kproxy.trace.netfilter.trace_packet`.
         notes: notes to carry (e.g. from :func:`node_from_dumps`).
 
     Raises:

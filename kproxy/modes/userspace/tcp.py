@@ -50,9 +50,9 @@ import structlog
 from kproxy.errors import NoEndpointsError
 from kproxy.model.names import join_host_port
 from kproxy.model.snapshot import Endpoint
-from kproxy.userspace._tasks import TaskOwner
-from kproxy.userspace.addresses import LISTEN_BACKLOG, split_host_port
-from kproxy.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace._tasks import TaskOwner
+from kproxy.modes.userspace.addresses import LISTEN_BACKLOG, split_host_port
+from kproxy.modes.userspace.balancer import RoundRobinBalancer
 
 __all__ = [
     "DEFAULT_DIAL_TIMEOUTS_S",
@@ -64,7 +64,7 @@ __all__ = [
     "TcpStats",
 ]
 
-_log = structlog.get_logger("kproxy.userspace")
+_log = structlog.get_logger("kproxy.modes.userspace")
 
 #: kube-proxy's ``EndpointDialTimeouts``: at most 4 attempts, 3.75 s in all.
 DEFAULT_DIAL_TIMEOUTS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)

@@ -212,7 +212,7 @@ def bind_sockets(plan: ListenPlan, protocols: Sequence[Protocol]) -> dict[Protoc
     every protocol is chosen: TCP is bound to port 0 and the others to the number it got, up to
     :data:`JOINT_PORT_ATTEMPTS` times. TCP sockets get SO_REUSEADDR (so a restarted proxy can
     rebind ports in TIME_WAIT, and a listening socket can join a holder, see
-    :mod:`kproxy.userspace.tcp`) and are left unlistened. UDP sockets are bound only.
+    :mod:`kproxy.modes.userspace.tcp`) and are left unlistened. UDP sockets are bound only.
 
     Args:
         plan: where to bind.

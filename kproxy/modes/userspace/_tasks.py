@@ -16,7 +16,7 @@ import structlog
 
 __all__ = ["TaskOwner"]
 
-_log = structlog.get_logger("kproxy.userspace")
+_log = structlog.get_logger("kproxy.modes.userspace")
 
 
 class TaskOwner:

@@ -42,13 +42,13 @@ import structlog
 from kproxy.errors import InvalidArgument, NoEndpointsError
 from kproxy.model.names import Protocol, join_host_port
 from kproxy.model.snapshot import Endpoint
-from kproxy.userspace._tasks import TaskOwner
-from kproxy.userspace.addresses import ListenPlan, bind_socket, split_host_port
-from kproxy.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace._tasks import TaskOwner
+from kproxy.modes.userspace.addresses import ListenPlan, bind_socket, split_host_port
+from kproxy.modes.userspace.balancer import RoundRobinBalancer
 
 __all__ = ["DEFAULT_UDP_IDLE_TIMEOUT_S", "SESSION_PENDING_MAX", "UdpListener", "UdpStats"]
 
-_log = structlog.get_logger("kproxy.userspace")
+_log = structlog.get_logger("kproxy.modes.userspace")
 
 #: conntrack's ``nf_conntrack_udp_timeout``; kube-proxy's 250 ms broke DNS retries (kubernetes#15680).
 DEFAULT_UDP_IDLE_TIMEOUT_S = 30.0

@@ -7,7 +7,7 @@ checks (:class:`RoundRobinBalancer`), for tools that print where Services listen
 (:func:`check_bind_address`, :func:`check_loopback_block`) and for metrics (the stats classes).
 """
 
-from kproxy.userspace.addresses import (
+from kproxy.modes.userspace.addresses import (
     DEFAULT_LOOPBACK_BLOCK,
     ListenPlan,
     allocate_addresses,
@@ -18,10 +18,10 @@ from kproxy.userspace.addresses import (
     plan_listen,
     split_host_port,
 )
-from kproxy.userspace.balancer import DEFAULT_AFFINITY_TTL_S, RoundRobinBalancer
-from kproxy.userspace.proxy import AddressEntry, UserspaceProxy
-from kproxy.userspace.tcp import DEFAULT_DIAL_TIMEOUTS_S, TcpConnectionInfo, TcpListener, TcpStats
-from kproxy.userspace.udp import DEFAULT_UDP_IDLE_TIMEOUT_S, UdpListener, UdpStats
+from kproxy.modes.userspace.balancer import DEFAULT_AFFINITY_TTL_S, RoundRobinBalancer
+from kproxy.modes.userspace.proxy import AddressEntry, UserspaceProxy
+from kproxy.modes.userspace.tcp import DEFAULT_DIAL_TIMEOUTS_S, TcpConnectionInfo, TcpListener, TcpStats
+from kproxy.modes.userspace.udp import DEFAULT_UDP_IDLE_TIMEOUT_S, UdpListener, UdpStats
 
 __all__ = [
     "DEFAULT_AFFINITY_TTL_S",

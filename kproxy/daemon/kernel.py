@@ -1,0 +1,129 @@
+"""Run a kernel mode against a kernel until stopped (``kproxy run --proxy-mode iptables|ipvs``).
+
+One mode per proxied IP family (kube-proxy runs one proxier per family), each with its own
+kernel: emulated (``--kernel emulated``, the default, rootless: a fresh emulated node of the
+node IPs) or the real kernel in the current network namespace (``--kernel linux``, root). A thin
+shell: the sync engine does the rest, and :func:`~kproxy.daemon.engine.build_engine` adds
+health and metrics as for every mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from emulation import ManualClock
+from emulation.netfilter import Netns, Ruleset
+from kproxy.daemon.engine import build_engine, run_until_stopped
+from kproxy.errors import ConfigError
+from kproxy.kernel import EmulatedIpvs, EmulatedNetfilter, IpvsNode, LinuxIpvs, LinuxNetfilter, trace_node
+from kproxy.model import IPFamily, NodeConfig
+from kproxy.modes.iptables import IptablesConfig, IptablesMode
+from kproxy.modes.ipvs import IpvsConfig
+from kproxy.modes.ipvs.mode import IpvsMode
+from kproxy.observability.server import ObservabilityOptions
+from kproxy.sources.base import Source
+from kproxy.sync.engine import Consumer
+
+if TYPE_CHECKING:
+    from kproxy.sources.kube import NodeWatch
+
+__all__ = ["KERNELS", "KernelRunOptions", "build_modes", "serve_kernel_mode"]
+
+#: The values of ``--kernel``.
+KERNELS = ("emulated", "linux")
+
+_log = structlog.get_logger("kproxy")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelRunOptions:
+    """How ``kproxy run`` runs a kernel mode.
+
+    Attributes:
+        mode: ``iptables`` or ``ipvs``.
+        iptables: the iptables settings (its ``family`` is replaced per proxied family); the
+            ipvs mode masquerades with them too.
+        ipvs: the ipvs settings (``mode == "ipvs"``).
+        kernel: ``emulated`` or ``linux``.
+        min_sync_period_s, sync_period_s: the bounded-frequency runner's bounds, in seconds.
+
+    Raises:
+        ConfigError: an unknown ``kernel`` or ``mode``, or ``ipvs`` without its settings.
+    """
+
+    mode: str = "iptables"
+    iptables: IptablesConfig
+    ipvs: IpvsConfig | None = None
+    kernel: str = "emulated"
+    min_sync_period_s: float = 1.0
+    sync_period_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.kernel not in KERNELS:
+            raise ConfigError(f"--kernel: expected one of {', '.join(KERNELS)}, got {self.kernel!r}")
+        if self.mode not in ("iptables", "ipvs"):
+            raise ConfigError(f"--proxy-mode: {self.mode!r} is not a kernel mode (iptables, ipvs)")
+        if self.mode == "ipvs" and self.ipvs is None:
+            raise ConfigError("the ipvs mode needs its settings (KernelRunOptions.ipvs)")
+
+
+def _iptables_mode(options: KernelRunOptions, family: IPFamily) -> IptablesMode:
+    config = options.iptables.for_family(family)
+    if options.kernel == "linux":
+        return IptablesMode(config, LinuxNetfilter(family), now=time.monotonic)
+    version = 6 if family is IPFamily.IPv6 else 4
+    netns = Netns(trace_node(config.node_ips), ManualClock(), ruleset=Ruleset(version))
+    return IptablesMode(config, EmulatedNetfilter(netns, family), now=time.monotonic)
+
+
+def _ipvs_mode(options: KernelRunOptions, family: IPFamily) -> IpvsMode:
+    assert options.ipvs is not None
+    config = options.ipvs.for_family(family)
+    if options.kernel == "linux":
+        return IpvsMode(config, LinuxIpvs(family), now=time.monotonic)
+    node = IpvsNode(trace_node(config.node_ips), ManualClock(), version=6 if family is IPFamily.IPv6 else 4)
+    return IpvsMode(config, EmulatedIpvs(node), now=time.monotonic)
+
+
+def build_modes(node: NodeConfig, options: KernelRunOptions) -> list[IptablesMode] | list[IpvsMode]:
+    """One mode per family of ``node.ip_families``, each with a fresh kernel.
+
+    Raises:
+        ConfigError: ``linux`` without root.
+    """
+    if options.kernel == "linux" and os.geteuid() != 0:
+        tools = "iptables-restore" if options.mode == "iptables" else "ipvsadm, ipset and iptables-restore"
+        raise ConfigError(f"--kernel linux needs root (it runs {tools}); use --kernel emulated")
+    if options.mode == "ipvs":
+        return [_ipvs_mode(options, family) for family in node.ip_families]
+    return [_iptables_mode(options, family) for family in node.ip_families]
+
+
+async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRunOptions, stop: asyncio.Event,
+                            observability: ObservabilityOptions | None = None, *,
+                            node_watch: NodeWatch | None = None,
+                            follow_zone: bool = True) -> list[IptablesMode] | list[IpvsMode]:
+    """Keep the chosen kernel in sync with ``source`` until ``stop`` is set; return the modes.
+
+    With ``observability``, ``/healthz``, ``/livez``, ``/metrics`` (sync metrics of the modes'
+    engine) and health check node ports are served beside it, as in userspace mode; with
+    ``node_watch``, this node's Node is followed.
+
+    Raises:
+        ConfigError: see :func:`build_modes`; an observability address is malformed or unusable.
+    """
+    modes = build_modes(node, options)
+    consumers: list[Consumer] = list(modes)
+    engine, obs = build_engine(source, node, consumers, min_sync_period_s=options.min_sync_period_s,
+                               sync_period_s=options.sync_period_s, observability=observability)
+    _log.info("starting", mode=options.mode, kernel=options.kernel, node=node.hostname,
+              families=[str(f) for f in node.ip_families])
+    await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
+    _log.info("stopped")
+    return modes
