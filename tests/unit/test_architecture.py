@@ -173,3 +173,12 @@ def test_docstrings_raise_only_exceptions_that_exist() -> None:
             if m and m.group(1) not in known:
                 bad.append(f"{where}: {m.group(1)}")
     assert not bad, bad
+
+
+def test_the_pytest_plugin_loads_without_hypothesis() -> None:
+    """The plugin every pytest session loads needs no Hypothesis; the strategies do (the testing extra)."""
+    code = ("import sys; sys.modules['hypothesis'] = None; import kproxy.testing.plugin, kproxy.testing; "
+            "kproxy.testing.InProcessCluster\n"
+            "try:\n    kproxy.testing.clusters\nexcept ImportError:\n    print('strategies need hypothesis')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "strategies need hypothesis"
