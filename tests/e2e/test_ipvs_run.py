@@ -51,7 +51,7 @@ def _syncs(metrics: str) -> float:
                if line.startswith("kubeproxy_sync_proxy_rules_duration_seconds_count"))
 
 
-def test_run_ipvs_on_the_emulated_kernel_serves_health_and_metrics_and_follows_changes(tmp_path: Path) -> None:
+def test_run_ipvs_emulated_serves_health_and_metrics_and_follows_changes(tmp_path: Path) -> None:
     """`kproxy run --proxy-mode ipvs` programs an emulated node (debug 'ipvs synced'), answers /healthz,
     /metrics with its syncs and /proxyMode ipvs, resyncs when the manifests change, and exits 0 on SIGTERM."""
     manifests = tmp_path / "cluster.json"

@@ -33,7 +33,8 @@ class Recorder:
 
     def __call__(self, argv: Sequence[str], stdin: str | None) -> CommandResult:
         self.calls.append((tuple(argv), stdin))
-        return self.answers.get(tuple(argv), CommandResult(argv=tuple(argv), returncode=0, stdout="", stderr=""))
+        done = CommandResult(argv=tuple(argv), returncode=0, stdout="", stderr="")
+        return self.answers.get(tuple(argv), done)
 
 
 def _ok(argv: tuple[str, ...], stdout: str) -> CommandResult:
@@ -89,5 +90,5 @@ def test_a_refused_command_is_a_kernel_error_with_its_stderr() -> None:
     """A non-zero exit (IPVS missing, say) raises KernelError quoting the command and its stderr."""
     argv = ("ipset", "restore", "-exist")
     run = Recorder({argv: CommandResult(argv=argv, returncode=1, stdout="", stderr="Kernel error received")})
-    with pytest.raises(KernelError, match="ipset restore -exist failed.*Kernel error received"):
+    with pytest.raises(KernelError, match=r"ipset restore -exist failed.*Kernel error received"):
         LinuxIpvs(run=run).restore_ipsets("create KUBE-CLUSTER-IP hash:ip,port\n")
