@@ -110,6 +110,28 @@ class EmulatedNetfilter:
         self._restore(f"*{table}\n{line}\nCOMMIT\n", what=f"inserting {line!r} into {table}/{chain}")
         return False
 
+    async def delete_rule(self, table: str, chain: str, argv: Sequence[str]) -> bool:
+        """``iptables -D`` when an equal rule (canonical spec) is there (see :class:`NetfilterKernel`).
+
+        Raises:
+            KernelError: the rule does not parse, or the namespace is of the other family.
+        """
+        self._check_family()
+        ruleset = self.netns.ruleset
+        existing = ruleset.chain(table, chain)
+        if existing is None:
+            return False
+        try:
+            wanted = parse_rule(chain, tuple(argv), table=table, version=ruleset.version, strict=False,
+                                is_chain=lambda _name: True).spec()
+        except NetfilterError as err:
+            raise KernelError(f"checking a rule in {table}/{chain} failed: {err}") from err
+        if not any(rule.spec() == wanted for rule in existing.rules):
+            return False
+        line = " ".join(("-D", chain, *(quote_argument(a) for a in argv)))
+        self._restore(f"*{table}\n{line}\nCOMMIT\n", what=f"deleting {line!r} from {table}/{chain}")
+        return True
+
     async def restore(self, text: str, *, noflush: bool = True, counters: bool = True) -> None:
         """``iptables-restore`` of ``text``, atomic (see the module docstring).
 

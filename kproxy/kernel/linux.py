@@ -168,6 +168,21 @@ class LinuxNetfilter:
                               f"{added.stderr.strip()}")
         return False
 
+    async def delete_rule(self, table: str, chain: str, argv: Sequence[str]) -> bool:
+        """``iptables -C``, then ``iptables -D`` when the rule is there; False when it is not.
+
+        Raises:
+            KernelError: the rule was there but could not be deleted.
+        """
+        check = await self.run(self._tool, "-w", str(self.wait_s), "-t", table, "-C", chain, *argv)
+        if check.returncode != 0:
+            return False
+        done = await self.run(self._tool, "-w", str(self.wait_s), "-t", table, "-D", chain, *argv)
+        if done.returncode != 0:
+            raise KernelError(f"deleting {' '.join(argv)!r} from {table}/{chain} failed: "
+                              f"{done.stderr.strip()}")
+        return True
+
     async def create_nfacct(self, name: str) -> None:
         """``nfacct add NAME``; "exists" is fine.
 

@@ -1,8 +1,8 @@
 """The narrow netfilter interface every iptables-family mode programs through.
 
 As kube-proxy's ``utiliptables.Interface`` (pkg/util/iptables/iptables.go) is narrow, so is
-:class:`NetfilterKernel`: create a chain, prepend a rule unless present, restore a text, list a
-table's chains, set a sysctl, create an nfacct object and delete conntrack entries. What to call
+:class:`NetfilterKernel`: create a chain, prepend a rule unless present, delete a rule, restore a
+text, list a table's chains, set a sysctl, create an nfacct object and delete conntrack entries. What to call
 in which order (kube-proxy's ``syncProxyRules``: nfacct objects, then the jump chains and rules,
 then the restore) is written once, in the mode (:mod:`kproxy.modes.iptables.mode`,
 :mod:`kproxy.modes.ipvs.mode`), never in a kernel.
@@ -53,6 +53,18 @@ class NetfilterKernel(Protocol):
 
         Raises:
             KernelError: the rule could not be checked or inserted.
+        """
+        ...
+
+    async def delete_rule(self, table: str, chain: str, argv: Sequence[str]) -> bool:
+        """Delete the rule ``argv`` from ``chain`` when it is there (``iptables -D``, kube-proxy's
+        ``DeleteRule``, which treats "not found" as done).
+
+        Returns:
+            True when a rule was deleted, False when there was none (or no such chain).
+
+        Raises:
+            KernelError: the rule was there but could not be deleted.
         """
         ...
 

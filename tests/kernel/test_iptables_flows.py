@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from kproxy.modes.iptables import IptablesRenderer
+from kproxy.modes.iptables.mode import program
 from tests.conftest import require_kernel
 from tests.kernel.harness import Answer, Probe, Topology, topology
 from tests.unit.kernel.scenarios import CASES, CONFIGS, NODE, SOURCES, Case, cluster, load_emulator, predict
@@ -54,7 +55,7 @@ def _summary(answers: list[Answer]) -> tuple[str, set[str], set[tuple[str, str]]
 def test_kernel_agrees_with_the_emulator(node: Topology, config: str) -> None:
     """Every case: same verdict, same endpoints, same client address seen by the endpoint."""
     result = IptablesRenderer(CONFIGS[config]).render(snapshot_of(cluster(), hostname=NODE), full=True)
-    asyncio.run(node.kernel.apply(result))
+    asyncio.run(program(node.kernel, result))
     emulator = load_emulator(CONFIGS[config])
     cases = [c for c in CASES if c.kernel]
     answers = node.probe([_probe(c) for c in cases])
@@ -76,7 +77,7 @@ def test_kernel_rules_equal_the_emulated_save(node: Topology) -> None:
     """After a full sync, iptables-save of the node equals the emulated kernel's save."""
     config = CONFIGS["detect"]
     result = IptablesRenderer(config).render(snapshot_of(cluster(), hostname=NODE), full=True)
-    asyncio.run(node.kernel.apply(result))
+    asyncio.run(program(node.kernel, result))
     real = asyncio.run(node.kernel.save())
     emulated = load_emulator(config).save()
     assert _tables(real) == _tables(emulated)

@@ -1,0 +1,43 @@
+"""``--cleanup`` in a real namespace: kube-proxy's chains and jumps go, another component's rules stay."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kproxy.kernel import LinuxNetfilter
+from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, program
+from kproxy.modes.iptables.cleanup import cleanup
+from tests.conftest import require_kernel
+from tests.kernel.netns import cleanup_stale, netns, sh
+from tests.unit.kernel.scenarios import NODE, cluster
+from tests.unit.modes.kube import snapshot_of
+
+pytestmark = pytest.mark.kernel
+
+DOCKER = ("*nat\n:DOCKER - [0:0]\n-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE\nCOMMIT\n"
+          "*filter\n:DOCKER-USER - [0:0]\n-A FORWARD -j DOCKER-USER\nCOMMIT\n")
+
+
+def _kube(save: str) -> list[str]:
+    return [line for line in save.splitlines() if "KUBE-" in line and "KUBE-FIREWALL" not in line]
+
+
+def test_cleanup_in_the_kernel_removes_kube_proxy_rules_and_keeps_others() -> None:
+    """A full sync then cleanup leaves Docker's rules and kubelet's chain in iptables-save, none of ours."""
+    require_kernel("iptables-restore", "iptables-save", "iptables")
+    cleanup_stale()
+    with netns("cleanup") as ns:
+        kernel = LinuxNetfilter(netns=ns)
+        asyncio.run(kernel.restore(DOCKER))
+        config = IptablesConfig(node_ips=("192.168.0.2",), cluster_cidr=("10.0.0.0/8",))
+        asyncio.run(program(kernel, IptablesRenderer(config).render(snapshot_of(cluster(), hostname=NODE))))
+        before = sh("ip", "netns", "exec", ns, "iptables-save").stdout
+        assert len(_kube(before)) > 20
+        assert asyncio.run(cleanup(kernel)) == []
+        after = sh("ip", "netns", "exec", ns, "iptables-save").stdout
+        assert _kube(after) == []
+        assert "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE" in after
+        assert "-A FORWARD -j DOCKER-USER" in after
+        assert asyncio.run(cleanup(kernel)) == []
