@@ -20,11 +20,13 @@ import structlog
 from emulation import ManualClock
 from emulation.netfilter import Netns, Ruleset
 from kproxy.daemon.engine import build_engine, run_until_stopped
-from kproxy.errors import ConfigError
+from kproxy.errors import ConfigError, KernelError
 from kproxy.kernel import EmulatedIpvs, EmulatedNetfilter, IpvsNode, LinuxIpvs, LinuxNetfilter, trace_node
 from kproxy.model import IPFamily, NodeConfig
 from kproxy.modes.iptables import IptablesConfig, IptablesMode
+from kproxy.modes.iptables.cleanup import cleanup as cleanup_iptables
 from kproxy.modes.ipvs import IpvsConfig
+from kproxy.modes.ipvs.cleanup import cleanup as cleanup_ipvs
 from kproxy.modes.ipvs.mode import IpvsMode
 from kproxy.observability.server import ObservabilityOptions
 from kproxy.sources.base import Source
@@ -33,7 +35,7 @@ from kproxy.sync.engine import Consumer
 if TYPE_CHECKING:
     from kproxy.sources.kube import NodeWatch
 
-__all__ = ["KERNELS", "KernelRunOptions", "build_modes", "serve_kernel_mode"]
+__all__ = ["KERNELS", "KernelRunOptions", "build_modes", "cleanup_kernel", "serve_kernel_mode"]
 
 #: The values of ``--kernel``.
 KERNELS = ("emulated", "linux")
@@ -127,3 +129,33 @@ async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRun
     await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
     _log.info("stopped")
     return modes
+
+
+async def cleanup_kernel(families: tuple[IPFamily, ...]) -> list[str]:
+    """``kproxy run --cleanup``: remove what the iptables and the ipvs modes program from this
+    network namespace, for each of ``families``, as kube-proxy's ``--cleanup`` removes every
+    mode's leftovers whatever its own mode (``cmd/kube-proxy/app/server.go`` ``cleanupAndExit``).
+
+    IPVS is cleaned only where ``ipvsadm`` answers (kube-proxy checks for the ``ip_vs`` module
+    first and skips it otherwise).
+
+    Returns:
+        What failed, one line each (empty: done).
+
+    Raises:
+        ConfigError: not root.
+    """
+    if os.geteuid() != 0:
+        raise ConfigError("--cleanup needs root: it removes rules from this network namespace's kernel")
+    errors: list[str] = []
+    for family in families:
+        errors += await cleanup_iptables(LinuxNetfilter(family))
+        ipvs = LinuxIpvs(family)
+        try:
+            ipvs.virtual_servers()
+        except KernelError as err:
+            _log.info("IPVS not available here; nothing of the ipvs mode to clean", family=str(family),
+                      reason=str(err).splitlines()[0])
+            continue
+        errors += await cleanup_ipvs(ipvs)
+    return errors
