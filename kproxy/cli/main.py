@@ -151,10 +151,11 @@ def _warn_ignored(mode: str, given: Sequence[str]) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from kproxy.config.flags import build_source, merge_config, node_facts, node_watch, observability_options
+    from kproxy.config.flags import merge_config
     from kproxy.config.kubeproxy import nodeport_addresses_flag
     from kproxy.daemon import UserspaceOptions, serve
     from kproxy.daemon.kernel import serve_kernel_mode
+    from kproxy.daemon.setup import build_source, node_facts, node_watch, observability_options
     from kproxy.sources.kube import default_hostname
 
     userspace_given = _given(args, _USERSPACE_ONLY)

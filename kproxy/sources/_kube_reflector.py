@@ -257,6 +257,12 @@ class Reflector:
                 finally:
                     watchdog.cancel()
         except BaseExceptionGroup as group:
+            # A cancellation of this task that lands as the watchdog fires is not re-raised by
+            # the TaskGroup (its children's errors win, asyncio/taskgroups.py): honour it here,
+            # or the reflector would go on watching after it was told to stop.
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise asyncio.CancelledError from None
             stalled, rest = group.split(_Stalled)
             if rest is not None:  # the stream's own error: re-raise it as itself
                 if len(rest.exceptions) == 1:

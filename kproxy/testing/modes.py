@@ -28,7 +28,6 @@ at given times) for session-affinity checks. Adapters are registered by name
 from __future__ import annotations
 
 import copy
-import importlib.util
 import random
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -39,13 +38,17 @@ from emulation import ManualClock
 from emulation.netfilter import Netns, Ruleset
 from kproxy.errors import InvalidArgument
 from kproxy.kernel.emulated import EmulatedNetfilter
+from kproxy.kernel.ipvs_node import IpvsNode
 from kproxy.model import IPFamily, ServicePortInfo
 from kproxy.model import Protocol as L4Protocol
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
 from kproxy.modes.iptables.mode import load_now
+from kproxy.modes.ipvs import IpvsConfig, render
+from kproxy.modes.ipvs.mode import IpvsMode
 from kproxy.modes.userspace import RoundRobinBalancer
 from kproxy.testing.cluster import Cluster, Packet, emulated_node
 from kproxy.testing.outcome import EndpointShares, Outcome, Verdict
+from kproxy.trace.ipvs import trace_ipvs
 from kproxy.trace.netfilter import trace_packet
 
 __all__ = [
@@ -390,10 +393,6 @@ class IpvsAdapter:
         self.samples = connections
 
     def _node(self, cluster: Cluster, family: IPFamily, clock: ManualClock | None = None) -> Any:
-        from kproxy.kernel.ipvs_node import IpvsNode
-        from kproxy.modes.ipvs import IpvsConfig, render
-        from kproxy.modes.ipvs.mode import IpvsMode
-
         n = cluster.node
         config = IpvsConfig(family=family, node_ips=n.node_ips, cluster_cidr=n.cluster_cidrs,
                             masquerade_all=n.masquerade_all, nodeport_addresses=n.nodeport_addresses,
@@ -413,8 +412,6 @@ class IpvsAdapter:
         and the IPVS connections that keep a template alive), so each is a *first* connection
         scheduled afresh rather than one client following its template.
         """
-        from kproxy.trace.ipvs import trace_ipvs
-
         node = self._node(cluster, packet.family)
         emulated = packet.to_emulated()
         result = trace_ipvs(node, emulated)
@@ -456,10 +453,4 @@ class IpvsAdapter:
         return out
 
 
-def _ipvs_landed() -> bool:
-    """The ipvs mode is in the tree."""
-    return importlib.util.find_spec("kproxy.modes.ipvs") is not None
-
-
-if _ipvs_landed():
-    register_mode("ipvs", IpvsAdapter)
+register_mode("ipvs", IpvsAdapter)

@@ -73,7 +73,7 @@ import asyncio, json, sys, uvloop, structlog, logging
 structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 from types import MappingProxyType
 from kproxy.model import Endpoint, IPFamily, NodeConfig, Protocol, ServicePortInfo, ServicePortName, Snapshot
-from kproxy.userspace import UserspaceProxy
+from kproxy.modes.userspace import UserspaceProxy
 
 def port(name, cip, ep):
     eps = (ep,)

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import structlog
+
 from kproxy.errors import InvalidArgument
 from kproxy.kernel.emulated import run_now
 from kproxy.kernel.ipvs import EmulatedIpvs, IpvsKernel
@@ -39,6 +41,8 @@ from kproxy.modes.ipvs.state import VirtualServer
 from kproxy.modes.ipvs.text import IpvsRender, dest_spec_of, format_ipset_restore, render, spec_of
 
 __all__ = ["IpvsMode", "sync_table"]
+
+_log = structlog.get_logger("kproxy.ipvs")
 
 
 def _sync_dests(kernel: IpvsKernel, vs: VirtualServer, graceful: GracefulTermination,
@@ -145,6 +149,10 @@ class IpvsMode:
         kernel.bind_addresses(rendered.state.bound_addresses)
         self.initial_sync = False
         self.last = rendered
+        _log.debug("ipvs synced", family=str(self.config.family),
+                   virtual_servers=len(rendered.state.virtual_servers),
+                   bound_addresses=len(rendered.state.bound_addresses),
+                   terminating=len(self.graceful.listed))
 
     def load(self, rendered: IpvsRender) -> None:
         """:meth:`program` synchronously, on a kernel that never waits (an emulated one).

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from kproxy.cli.main import build_parser, main
-from kproxy.config.flags import merge_config, observability_options
+from kproxy.config.flags import merge_config
+from kproxy.daemon.setup import observability_options
 
 
 @pytest.mark.parametrize(

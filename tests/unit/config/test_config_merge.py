@@ -71,9 +71,15 @@ def test_iptables_field_in_userspace_mode_is_warned_about(tmp_path: Path) -> Non
 
 
 def test_file_mode_kproxy_does_not_run_is_an_error_naming_the_field(tmp_path: Path) -> None:
-    """`mode: ipvs` without --proxy-mode is a ConfigError naming the file and `mode`."""
-    with pytest.raises(ConfigError, match=r"kube-proxy\.yaml: mode: .*'ipvs'"):
-        _args(tmp_path, "mode: ipvs\n")
+    """`mode: nftables` without --proxy-mode is a ConfigError naming the file and `mode`."""
+    with pytest.raises(ConfigError, match=r"kube-proxy\.yaml: mode: .*'nftables'"):
+        _args(tmp_path, "mode: nftables\n")
+
+
+def test_file_mode_ipvs_runs_the_ipvs_mode(tmp_path: Path) -> None:
+    """`mode: ipvs` in the file settles --proxy-mode ipvs, and its ipvs.scheduler is taken."""
+    args = _args(tmp_path, "mode: ipvs\nipvs:\n  scheduler: lc\n")
+    assert (args.proxy_mode, args.ipvs_scheduler) == ("ipvs", "lc")  # type: ignore[attr-defined]
 
 
 def test_bad_duration_names_the_field_once(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from kproxy.errors import KernelError
 from kproxy.kernel import EmulatedNetfilter
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import ENSURED_JUMPS, IptablesConfig, IptablesRenderer, RenderResult
-from kproxy.modes.iptables.mode import load_now
+from kproxy.modes.iptables.mode import load_now, program
 from tests.unit.kernel.scenarios import CONFIGS, NODE, cluster, node_model
 from tests.unit.modes.kube import snapshot_of
 
@@ -71,11 +71,11 @@ def test_nfacct_objects_must_exist_before_rules_use_them() -> None:
     assert "localhost_nps_accepted_pkts" in kernel.nfacct_objects
 
 
-def test_async_apply_and_existing_chains() -> None:
-    """The async protocol methods apply and report the nat chains."""
+def test_program_through_the_async_interface_and_list_chains() -> None:
+    """The mode's sequence over the async NetfilterKernel methods programs the rules; list_chains sees them."""
     kernel = _kernel()
-    asyncio.run(kernel.apply(_result()))
-    chains = asyncio.run(kernel.existing_chains())
+    asyncio.run(program(kernel, _result()))
+    chains = asyncio.run(kernel.list_chains("nat"))
     assert {"KUBE-SERVICES", "KUBE-POSTROUTING", "PREROUTING"} <= chains
     assert any(c.startswith("KUBE-SVC-") for c in chains)
 
