@@ -17,16 +17,15 @@ one scheduled. Each new connection through a template re-arms it with the persis
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from emulation.ipvs.conn import Conn
+from emulation.ipvs.model import Dest
 from emulation.ipvs.sched_base import SchedInput
+from emulation.ipvs.service import Service
+from emulation.ipvs.sysctl import Sysctls
 
-if TYPE_CHECKING:
-    from emulation.ipvs.service import Service
-    from emulation.ipvs.table import IpvsTable
-
-__all__ = ["Scheduled", "schedule"]
+__all__ = ["ConnTable", "Scheduled", "schedule"]
 
 FTPPORT = 21
 
@@ -40,6 +39,38 @@ class _Packet(Protocol):
     def protocol(self) -> str: ...
 
 
+class ConnTable(Protocol):
+    """What scheduling needs of the connection table (an :class:`~emulation.ipvs.IpvsTable`)."""
+
+    @property
+    def sysctls(self) -> Sysctls: ...
+
+    def new_conn(
+        self,
+        svc: Service,
+        *,
+        protocol: str,
+        version: int,
+        caddr: int,
+        cport: int,
+        vaddr: int,
+        vport: int,
+        dest: Dest,
+        dport: int,
+        template: bool = False,
+    ) -> Conn:
+        """``ip_vs_conn_new``: a hashed entry bound to ``dest``."""
+
+    def template(self, key: tuple[str, int, int, int, int]) -> Conn | None:
+        """The live template for ``(protocol, version, snet, vaddr, vport)``."""
+
+    def invalidate(self, ct: Conn) -> None:
+        """The template can never match again."""
+
+    def put(self, cp: Conn) -> None:
+        """``ip_vs_conn_put``: re-arm the entry's timer."""
+
+
 @dataclass(frozen=True, slots=True)
 class Scheduled:
     """A new connection, and the template it goes through (persistent services)."""
@@ -49,7 +80,7 @@ class Scheduled:
 
 
 def schedule(
-    table: IpvsTable,
+    table: ConnTable,
     svc: Service,
     packet: _Packet,
     version: int,
@@ -84,7 +115,7 @@ def schedule(
 
 
 def _persist(
-    table: IpvsTable, svc: Service, packet: _Packet, pkt: SchedInput, trace: list[str]
+    table: ConnTable, svc: Service, packet: _Packet, pkt: SchedInput, trace: list[str]
 ) -> Scheduled | None:
     """``ip_vs_sched_persist``."""
     spec = svc.spec
@@ -146,7 +177,7 @@ def _persist(
     return Scheduled(cp, ct)
 
 
-def _check_template(table: IpvsTable, ct: Conn) -> bool:
+def _check_template(table: ConnTable, ct: Conn) -> bool:
     """``ip_vs_check_template``: invalidate a template whose server is gone or quiesced."""
     dest = ct.dest
     if not dest.available or (table.sysctls.expire_quiescent_template and dest.weight == 0):

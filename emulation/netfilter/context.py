@@ -11,15 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from emulation.netfilter.verdicts import CtState
 from emulation.node import Node
 
-if TYPE_CHECKING:
-    from emulation.netfilter.flowcache import Recorder
-    from emulation.netfilter.ruleset import Counters
-
-__all__ = ["Ctx", "Dynamic", "RecentEntry", "SetLookup", "TraceStep", "commit_walk"]
+__all__ = ["Ctx", "Dynamic", "RecentEntry", "SetLookup", "TraceStep"]
 
 #: ``lookup(set_name, keys) -> True | False | None`` where ``keys`` has one ``(ip, port,
 #: protocol)`` per ``src``/``dst`` flag of ``--match-set``; ``None`` means "no such set".
@@ -74,8 +70,6 @@ class Ctx:
     """Per-path packet state; see the module docstring. Internal to the evaluator."""
 
     __slots__ = (
-        "choices",
-        "compile_short",
         "ct_dir_reply",
         "ct_dnat",
         "ct_orig",
@@ -90,7 +84,6 @@ class Ctx:
         "hits",
         "hook",
         "iif",
-        "indexed",
         "length",
         "mark",
         "masquerade",
@@ -103,7 +96,6 @@ class Ctx:
         "policy_hits",
         "proto",
         "rand",
-        "rec",
         "recent_overlay",
         "set_lookup",
         "snat",
@@ -135,7 +127,6 @@ class Ctx:
         oracle: Callable[[float], bool],
         set_lookup: SetLookup | None,
         tracing: bool,
-        indexed: bool = True,
     ) -> None:
         self.node = node
         self.version = version
@@ -150,11 +141,9 @@ class Ctx:
         self.oracle = oracle
         self.set_lookup = set_lookup
         self.tracing = tracing
-        self.indexed = indexed  # run compiled, indexed chains when not tracing
-        self.compile_short = True  # compile a short chain at its second visit (see traverse)
         self.trace: list[TraceStep] = []
         self.hook = ""
-        self.ctstate = "NEW"
+        self.ctstate = CtState.NEW
         self.ct_dir_reply = False
         self.ct_dnat = False
         self.ct_snat = False
@@ -171,12 +160,10 @@ class Ctx:
         self.rand: Callable[[], float] | None = None
         self.masquerade = False
         self.uncertain = False
-        self.choices = 0
         self.hits: list[int] = []  # uid of each matched rule; each counts ``length`` bytes
         self.policy_hits: list[tuple[str, str, int]] = []  # (table, chain, bytes)
         self.nth_overlay: dict[int, int] = {}
         self.recent_overlay: dict[str, dict[tuple[int, int], RecentEntry]] = {}
-        self.rec: Recorder | None = None  # set while the flow cache records this path
 
     def recent_table(self, name: str, *, write: bool) -> dict[tuple[int, int], RecentEntry]:
         """The ``recent`` list ``name`` as this path sees it (copied on first write)."""
@@ -195,20 +182,3 @@ class Ctx:
         if uid in self.nth_overlay:
             return self.nth_overlay[uid]
         return self.dyn.nth.get(uid, initial)
-
-
-def commit_walk(ctx: Ctx, counters: Counters, dyn: Dynamic) -> None:
-    """Count a walked packet's matched rules and built-in policies (``ctx.length`` bytes each)
-    and keep its ``nth`` and ``recent`` changes: what a committed walk leaves behind."""
-    rules, nbytes = counters.rules, ctx.length
-    for uid in ctx.hits:
-        c = rules.get(uid)
-        rules[uid] = (1, nbytes) if c is None else (c[0] + 1, c[1] + nbytes)
-    policies = counters.policies
-    for tname, cname, n in ctx.policy_hits:
-        c = policies.get((tname, cname))
-        policies[(tname, cname)] = (1, n) if c is None else (c[0] + 1, c[1] + n)
-    if ctx.nth_overlay:
-        dyn.nth.update(ctx.nth_overlay)
-    if ctx.recent_overlay:
-        dyn.recent.update(ctx.recent_overlay)

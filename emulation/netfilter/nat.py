@@ -44,7 +44,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-__all__ = ["MAX_ATTEMPTS", "PORTED", "SourceRange", "choose_source_port", "port_range", "search_ports"]
+from emulation.conntrack import ConntrackTable
+
+__all__ = [
+    "MAX_ATTEMPTS",
+    "PORTED",
+    "SourceRange",
+    "choose_source_port",
+    "port_range",
+    "search_ports",
+    "source_port",
+]
 
 #: The most ports one round tries (``max_attempts`` in nf_nat_l4proto_unique_tuple).
 MAX_ATTEMPTS = 128
@@ -163,3 +173,61 @@ def choose_source_port(
         return sport, True  # ICMP ids are not remapped here (see the module docstring)
     first, size = port_range(sport, low, high)
     return search_ports(first, size, taken, draw16, exhaustive=exhaustive)
+
+
+def _zero() -> int:
+    return 0
+
+
+def source_port(
+    table: ConntrackTable,
+    version: int,
+    proto: str,
+    src: int,
+    sport: int,
+    dst: int,
+    dport: int,
+    mapping: SourceRange,
+    rand: Callable[[], float] | None,
+) -> tuple[int, bool]:
+    """The source port a new flow ``src:sport -> dst:dport`` gets when mapped to ``mapping``
+    (``address`` ``None``: its own) with ``table`` holding the other flows, and whether its reply
+    tuple is free; see :func:`choose_source_port`. Random offsets come from ``rand`` (sample
+    mode), or are 0 (``enumerate`` does not branch on them)."""
+    addr, low, high, rand_all = mapping
+    if addr is None:
+        addr = src
+    if rand_all:
+        if proto in PORTED:
+            # --random-fully, kube-proxy's masquerade: the first port from a random offset is
+            # nearly always free; the search goes on from there when it is not.
+            first, size = port_range(sport, low, high)
+            off = int(rand() * 65536) if rand is not None else 0
+            port = first + off % size
+            if not table.taken((version, dst, dport, addr, port, proto)):
+                return port, True
+            return search_ports(
+                first,
+                size,
+                lambda p: table.taken((version, dst, dport, addr, p, proto)),
+                (lambda: int(rand() * 65536)) if rand is not None else _zero,
+                off=(off + 1) & 0xFFFF,
+                tried=1,
+                last=port,
+                exhaustive=rand is None,
+            )
+    elif low is None and addr == src and not table.taken((version, dst, dport, addr, sport, proto)):
+        return sport, True  # a null binding, decided by one lookup: its own port, free
+    return choose_source_port(
+        proto=proto,
+        src=src,
+        sport=sport,
+        addr=addr,
+        low=low,
+        high=high,
+        random=rand_all,
+        taken=lambda p: table.taken((version, dst, dport, addr, p, proto)),
+        mappings=lambda: table.source_mappings(version, src, sport, proto),
+        draw16=(lambda: int(rand() * 65536)) if rand is not None else _zero,
+        exhaustive=rand is None,
+    )

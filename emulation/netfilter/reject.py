@@ -74,23 +74,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from emulation.addr import format_address, parse_address
-from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep, commit_walk
-from emulation.netfilter.flowcache import SUMMARY_CTMARK, Segment
-from emulation.netfilter.rules import Ruleset
-from emulation.netfilter.ruleset import Counters
+from emulation.conntrack import ConntrackTable
+from emulation.netfilter.context import Ctx, Dynamic, SetLookup, TraceStep
+from emulation.netfilter.counters import Counters, commit_walk
+from emulation.netfilter.hooks import CONNTRACK, NAT, SOURCE_NAT_HOOKS, STAGES, Hook
+from emulation.netfilter.outcome import Outcome
+from emulation.netfilter.rules import Rule, Ruleset
 from emulation.netfilter.targets import Reject
-from emulation.netfilter.traverse import run_chain
+from emulation.netfilter.traverse import ChainWalk, run_chain
+from emulation.netfilter.verdicts import CtState, Verdict
 from emulation.node import Node, RouteResult
 from emulation.packet import Packet
 
-if TYPE_CHECKING:
-    from emulation.conntrack import ConntrackTable
-    from emulation.netfilter.evaluate import Outcome
+__all__ = [
+    "ICMP_ERROR",
+    "TCP_RESET",
+    "Answer",
+    "Rejected",
+    "RuleOf",
+    "answer_to",
+    "rejected",
+    "rejected_new_flow",
+    "send_answers",
+]
 
-__all__ = ["ICMP_ERROR", "TCP_RESET", "Answer", "Rejected", "answer_to", "rejected", "send_answers"]
+#: ``rule_of(uid)``: the rule of the current ruleset with that uid, or ``None``.
+RuleOf = Callable[[int], "Rule | None"]
 
 #: The kinds of answer.
 ICMP_ERROR, TCP_RESET = "icmp-error", "tcp-reset"
@@ -129,7 +140,7 @@ class Rejected:
 
     packet: Packet
     with_: str
-    ctstate: str
+    ctstate: CtState
     confirmed: bool = False
     reply: bool = False
     ct_orig: Tuple4 | None = None
@@ -230,30 +241,31 @@ def answer_to(node: Node, refused: Rejected) -> Answer | None:
 
 
 def rejected(
-    packet: Packet,
-    outcome: Outcome,
-    effects: Ctx | list[Segment],
-    ruleset: Ruleset,
-    conntrack: ConntrackTable,
+    packet: Packet, outcome: Outcome, ctx: Ctx, conntrack: ConntrackTable, rule_of: RuleOf
 ) -> Rejected | None:
-    """What the REJECT that decided ``outcome`` refused: ``packet`` as the rule saw it, found
-    from the walk's context or from the flow cache segments replayed (always a new flow's, the
-    REJECT rule the last one they matched); ``None`` when no REJECT rule decided it."""
-    if isinstance(effects, Ctx):
-        target = _reject_target(ruleset, effects.hits[-1] if effects.hits else None)
-        if target is None:
-            return None
-        key = (effects.version, parse_address(packet.src)[1], packet.sport, parse_address(packet.dst)[1],
-               packet.dport, packet.protocol)  # fmt: skip
-        confirmed = effects.ct_orig is not None and conntrack.lookup(key) is not None
-        return _from_ctx(outcome.packet, target.with_, effects, confirmed=confirmed)
-    target = _reject_target(ruleset, next((seg.hits[-1] for seg in reversed(effects) if seg.hits), None))
+    """What the REJECT that decided ``outcome`` refused, from the walk's context ``ctx``:
+    ``packet`` as the rule saw it; ``None`` when no REJECT rule decided it."""
+    target = _reject_target(rule_of, ctx.hits[-1] if ctx.hits else None)
+    if target is None:
+        return None
+    key = (ctx.version, parse_address(packet.src)[1], packet.sport, parse_address(packet.dst)[1],
+           packet.dport, packet.protocol)  # fmt: skip
+    confirmed = ctx.ct_orig is not None and conntrack.lookup(key) is not None
+    return _from_ctx(outcome.packet, target.with_, ctx, confirmed=confirmed)
+
+
+def rejected_new_flow(
+    packet: Packet, outcome: Outcome, last_hit: int | None, ctmark: int, rule_of: RuleOf
+) -> Rejected | None:
+    """What the REJECT that decided a new flow's ``outcome`` refused, from what its path left:
+    the uid of the last rule it matched (the REJECT's) and its ctmark. ``None`` when no REJECT
+    rule decided it."""
+    target = _reject_target(rule_of, last_hit)
     if target is None:
         return None
     final, state = outcome.packet, outcome.ctstate
-    if state in ("INVALID", "UNTRACKED"):
+    if state in (CtState.INVALID, CtState.UNTRACKED):
         return Rejected(packet=final, with_=target.with_, ctstate=state)
-    summary = next((seg.summary for seg in reversed(effects) if seg.end is not None), None)
     return Rejected(
         packet=final,
         with_=target.with_,
@@ -262,22 +274,22 @@ def rejected(
         ct_reply=(parse_address(final.dst)[1], final.dport, parse_address(final.src)[1], final.sport),
         dnat=outcome.dnat,
         snat=outcome.snat,
-        ctmark=0 if summary is None else summary[SUMMARY_CTMARK],
+        ctmark=ctmark,
     )
 
 
 def _from_ctx(final: Packet, with_: str, ctx: Ctx, *, confirmed: bool, kind: str = "") -> Rejected:
     """The refused packet ``final`` of a walk that ended in ``ctx``."""
-    if ctx.ctstate in ("INVALID", "UNTRACKED") or ctx.ct_orig is None:
+    if ctx.ctstate in (CtState.INVALID, CtState.UNTRACKED) or ctx.ct_orig is None:
         return Rejected(packet=final, with_=with_, ctstate=ctx.ctstate, kind=kind)
     return Rejected(packet=final, with_=with_, ctstate=ctx.ctstate, confirmed=confirmed,
                     reply=ctx.ct_dir_reply, ct_orig=ctx.ct_orig, ct_reply=ctx.ct_reply, dnat=ctx.ct_dnat,
                     snat=ctx.ct_snat, ctmark=ctx.ctmark, kind=kind)  # fmt: skip
 
 
-def _reject_target(ruleset: Ruleset, uid: int | None) -> Reject | None:
-    """The REJECT target of rule ``uid`` of ``ruleset``, if that rule's target is a REJECT."""
-    rule = None if uid is None else ruleset.rule_by_uid(uid)
+def _reject_target(rule_of: RuleOf, uid: int | None) -> Reject | None:
+    """The REJECT target of rule ``uid``, if that rule's target is a REJECT."""
+    rule = None if uid is None else rule_of(uid)
     return rule.target if rule is not None and isinstance(rule.target, Reject) else None
 
 
@@ -295,7 +307,8 @@ class _Env:
     oracle: Callable[[float], bool]
     set_lookup: SetLookup | None
     tracing: bool
-    indexed: bool
+    walk: ChainWalk | None
+    rule_of: RuleOf
 
 
 class _Walk:
@@ -308,72 +321,82 @@ class _Walk:
         ctx = self.ctx = Ctx(node=env.node, version=version, src=src, dst=parse_address(p.dst)[1],
                              sport=p.sport, dport=p.dport, proto=p.protocol, iif=None, mark=0,
                              length=p.length, syn=False, now=env.now, dyn=env.dyn, oracle=env.oracle,
-                             set_lookup=env.set_lookup,
-                             tracing=env.tracing, indexed=env.indexed)  # fmt: skip
+                             set_lookup=env.set_lookup, tracing=env.tracing)  # fmt: skip
         ctx.oif = answer.route.device
-        ctx.ctstate = "INVALID"  # until conntrack has seen it (unless an entry came attached)
-        if refused.ctstate == "UNTRACKED":
+        self.routed = ctx.dst  # the destination OUTPUT's routing decision was made for
+        ctx.ctstate = CtState.INVALID  # until conntrack has seen it (unless an entry came attached)
+        if refused.ctstate == CtState.UNTRACKED:
             self.nfct = _NULL
         elif refused.ct_orig is None or refused.ct_reply is None:
             self.nfct = _NONE
         else:
             self.nfct = _ENTRY
-            ctx.ctstate = "RELATED"
+            ctx.ctstate = CtState.RELATED
             ctx.ct_orig, ctx.ct_reply, ctx.ct_dir_reply = refused.ct_orig, refused.ct_reply, not refused.reply
             ctx.ct_dnat, ctx.ct_snat, ctx.ctmark = refused.dnat, refused.snat, refused.ctmark
 
-    def run(self) -> str:
+    def run(self) -> Verdict:
         """The answer's verdict: ACCEPT (sent out, or delivered over ``lo``), DROP or REJECT."""
         ctx, route = self.ctx, self.answer.route
-        v = self._hook("OUTPUT", ("raw",))
-        if v != "ACCEPT":
+        v = self._hook(Hook.OUTPUT)
+        if v != Verdict.ACCEPT:
             return v
-        self._conntrack()
-        v = self._hook("OUTPUT", ("mangle",))
-        if v != "ACCEPT":
-            return v
-        before = ctx.dst
-        self._translate(source=False)  # where nat OUTPUT would be
-        v = self._hook("OUTPUT", ("filter", "security"))
-        if v != "ACCEPT":
-            return v
-        if ctx.dst != before:  # nf_nat_ipv4_local_fn routes it again
+        if ctx.dst != self.routed:  # nf_nat_ipv4_local_fn routes it again
             route = self.env.node.route(ctx.version, ctx.dst)
             if route.kind not in ("local", "unicast"):
-                return "DROP"
+                return Verdict.DROP
             ctx.oif = route.device
-        v = self._hook("POSTROUTING", ("mangle",))
-        if v != "ACCEPT":
+        v = self._hook(Hook.POSTROUTING)
+        if v != Verdict.ACCEPT or route.kind != "local":
             return v
-        if self.answer.kind == TCP_RESET and self.nfct == _ENTRY and not self.answer.refused.confirmed:
-            v = self._hook("POSTROUTING", ("nat",))  # no source mapping yet: nat walks its rules
-            if v != "ACCEPT":
-                return v
-        self._translate(source=True)
-        if route.kind != "local":
-            return "ACCEPT"
         ctx.iif, ctx.oif = "lo", None
-        v = self._hook("PREROUTING", ("raw",))
-        if v != "ACCEPT":
+        v = self._hook(Hook.PREROUTING)
+        if v != Verdict.ACCEPT:
             return v
-        self._conntrack()
-        v = self._hook("PREROUTING", ("mangle",))
-        if v != "ACCEPT":
-            return v
-        self._translate(source=False)
-        return self._hook("INPUT", ("mangle", "filter", "security"))
+        return self._hook(Hook.INPUT)
 
-    def _hook(self, hook: str, tables: tuple[str, ...]) -> str:
+    def _hook(self, hook: Hook) -> Verdict:
+        """Run ``hook``'s stages (:data:`~emulation.netfilter.hooks.STAGES`) for the answer."""
         ctx = self.ctx
         ctx.hook = hook
-        for name in tables:
-            table = self.env.ruleset.tables.get(name)
+        tables = self.env.ruleset.tables
+        for stage in STAGES[hook]:
+            if stage == CONNTRACK:
+                self._conntrack()
+                continue
+            if stage == NAT:
+                v = self._nat(hook)
+            else:
+                table = tables.get(stage)
+                chain = None if table is None else table.chains.get(hook)
+                if table is None or chain is None:
+                    continue
+                v = run_chain(ctx, table, chain, self.env.walk)
+            if v != Verdict.ACCEPT:
+                return v
+        return Verdict.ACCEPT
+
+    def _nat(self, hook: Hook) -> Verdict:
+        """The nat stage: the entry's translation of the answer (the nat chains never see it),
+        except that a RST of a flow not yet confirmed has no source mapping, so nat
+        POSTROUTING walks its rules for it first (their NAT targets are counted, not applied)."""
+        source = hook in SOURCE_NAT_HOOKS
+        if not source:
+            self.routed = self.ctx.dst
+        elif (
+            hook == Hook.POSTROUTING
+            and self.answer.kind == TCP_RESET
+            and self.nfct == _ENTRY
+            and not self.answer.refused.confirmed
+        ):
+            table = self.env.ruleset.tables.get(NAT)
             chain = None if table is None else table.chains.get(hook)
             if table is not None and chain is not None:
-                v = run_chain(ctx, table, chain)
-                if v != "ACCEPT":
+                v = run_chain(self.ctx, table, chain, self.env.walk)
+                if v != Verdict.ACCEPT:
                     return v
-        return "ACCEPT"
+        self._translate(source=source)
+        return Verdict.ACCEPT
 
     def _conntrack(self) -> None:
         """The conntrack hook. An attached entry, or "RELATED without an entry", is left as it
@@ -384,7 +407,7 @@ class _Walk:
         if self.nfct == _NULL and self.answer.kind == TCP_RESET:
             self.nfct = _NONE
         elif self.nfct == _NONE and ctx.notrack:
-            self.nfct, ctx.ctstate = _UNTRACKED, "UNTRACKED"
+            self.nfct, ctx.ctstate = _UNTRACKED, CtState.UNTRACKED
         ctx.notrack = False
 
     def _translate(self, *, source: bool) -> None:
@@ -442,33 +465,35 @@ def send_answers(
     oracle: Callable[[float], bool],
     set_lookup: SetLookup | None,
     tracing: bool,
-    indexed: bool,
+    walk: ChainWalk | None,
+    rule_of: RuleOf,
 ) -> Outcome:
     """Send the answer to ``refused`` through the node, counting it (and the answer to that
-    answer, when a REJECT refuses it in turn: an ICMP error for a RST).
+    answer, when a REJECT refuses it in turn: an ICMP error for a RST). Chains are walked with
+    ``walk`` (``None``: the plain walk); ``rule_of`` finds a rule of ``ruleset`` by uid.
 
     Returns:
         ``outcome`` itself; with ``tracing``, a copy whose trace goes on with the answers' steps
         (see :func:`_steps`).
     """
     env = _Env(node=node, ruleset=ruleset, now=now, dyn=dyn, oracle=oracle, set_lookup=set_lookup,
-               tracing=tracing, indexed=indexed)  # fmt: skip
+               tracing=tracing, walk=walk, rule_of=rule_of)  # fmt: skip
     steps: list[TraceStep] = []
     while refused is not None:
         answer = answer_to(node, refused)
         if answer is None:
             break
-        walk = _Walk(env, answer)
-        verdict = walk.run()
-        commit_walk(walk.ctx, counters, dyn)
+        way = _Walk(env, answer)
+        verdict = way.run()
+        commit_walk(way.ctx, counters, dyn)
         if tracing:
-            steps += _steps(answer, walk.ctx)
+            steps += _steps(answer, way.ctx)
         refused = None
-        if verdict == "REJECT":
-            ctx = walk.ctx
-            target = _reject_target(ruleset, ctx.hits[-1] if ctx.hits else None)
+        if verdict == Verdict.REJECT:
+            ctx = way.ctx
+            target = _reject_target(rule_of, ctx.hits[-1] if ctx.hits else None)
             if target is not None:
-                refused = _from_ctx(walk.header(), target.with_, ctx, confirmed=answer.refused.confirmed,
+                refused = _from_ctx(way.header(), target.with_, ctx, confirmed=answer.refused.confirmed,
                                     kind=answer.kind)  # fmt: skip
     if not steps:
         return outcome

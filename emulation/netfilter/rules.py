@@ -12,20 +12,17 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from emulation.netfilter.compile import ChainIndex, CompiledChain, dispatch_keys
-from emulation.netfilter.flowcache import Deps, rule_deps
+from emulation.netfilter.hooks import hooks_of
 from emulation.netfilter.matches import Match
 from emulation.netfilter.targets import Target
 
 __all__ = ["BUILTIN_CHAINS", "TABLE_ORDER", "Chain", "Rule", "Ruleset", "Table", "new_uid"]
 
-#: Built-in chains per table, in the order iptables-save prints them.
+#: Built-in chains per table, in the order iptables-save prints them (hook order): the hooks the
+#: table registers at (:data:`~emulation.netfilter.hooks.STAGES`).
 BUILTIN_CHAINS: dict[str, tuple[str, ...]] = {
-    "raw": ("PREROUTING", "OUTPUT"),
-    "mangle": ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"),
-    "filter": ("INPUT", "FORWARD", "OUTPUT"),
-    "nat": ("PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"),
-    "security": ("INPUT", "FORWARD", "OUTPUT"),
+    table: tuple(hook.value for hook in hooks_of(table))
+    for table in ("raw", "mangle", "filter", "nat", "security")
 }
 #: The order iptables-save (nf_tables backend, 1.8.x) prints tables in.
 TABLE_ORDER = ("mangle", "security", "raw", "filter", "nat")
@@ -60,15 +57,6 @@ class Rule:
     line: int = field(default=0, compare=False)
     counters: tuple[int, int] = field(default=(0, 0), compare=False)
     uid: int = field(default_factory=new_uid, compare=False)
-    _deps: Deps | bool = field(default=False, compare=False, repr=False, init=False)  # False: not yet
-
-    def deps(self) -> Deps:
-        """What its matches read, for the flow cache (:func:`~emulation.netfilter.flowcache.rule_deps`)."""
-        d = self._deps
-        if d is False:
-            d = rule_deps(self)
-            object.__setattr__(self, "_deps", d)
-        return d  # type: ignore[return-value]
 
     def spec(self) -> str:
         """The rule without ``-A CHAIN``, canonical, as iptables-save prints it."""
@@ -86,37 +74,19 @@ class Rule:
         spec = self.spec()
         return f"-A {self.chain} {spec}" if spec else f"-A {self.chain}"
 
-    def dispatch_keys(self) -> tuple[tuple[int, int] | None, tuple[str, int] | None]:
-        """``((version, dst), (proto, dport))`` when the rule can only match that exact value.
 
-        Used to index chains; either part is ``None`` when the rule has no such exact test.
-        """
-        return dispatch_keys(self)
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Chain:
-    """A chain: ``policy`` ACCEPT/DROP for a built-in chain, ``None`` for a user chain."""
+    """A chain: ``policy`` ACCEPT/DROP for a built-in chain, ``None`` for a user chain.
+
+    Weakly referenceable, so that side tables keyed by a chain's identity (the accelerator's)
+    can forget it when it is freed.
+    """
 
     name: str
     policy: str | None = None
     rules: tuple[Rule, ...] = ()
     counters: tuple[int, int] = field(default=(0, 0), compare=False)
-    _compiled: CompiledChain | None = field(default=None, compare=False, repr=False, init=False)
-    _seen: bool = field(default=False, compare=False, repr=False, init=False)  # walked once untraced
-
-    def compiled(self) -> CompiledChain:
-        """The rules compiled for the indexed evaluator (built on first use, then cached)."""
-        c = self._compiled
-        if c is None:
-            c = CompiledChain(self.rules)
-            object.__setattr__(self, "_compiled", c)
-        return c
-
-    @property
-    def index(self) -> ChainIndex | None:
-        """The chain's dispatch index, or ``None`` when it is walked rule by rule."""
-        return self.compiled().index
 
     @property
     def builtin(self) -> bool:
@@ -143,15 +113,6 @@ class Ruleset:
 
     version: int = 4
     tables: Mapping[str, Table] = field(default_factory=dict)
-    _by_uid: dict[int, Rule] | None = field(default=None, compare=False, repr=False, init=False)
-
-    def rule_by_uid(self, uid: int) -> Rule | None:
-        """The rule with this ``uid``, or ``None`` (indexed at the first call, then kept)."""
-        index = self._by_uid
-        if index is None:
-            index = {r.uid: r for _, r in self.rules()}
-            object.__setattr__(self, "_by_uid", index)
-        return index.get(uid)
 
     def chain(self, table: str, chain: str) -> Chain | None:
         """The chain, or ``None`` if the table or chain does not exist."""
@@ -167,6 +128,10 @@ class Ruleset:
                 for c in chain_order(t):
                     out += [(tname, r) for r in t.chains[c].rules]
         return out
+
+    def chains(self) -> list[Chain]:
+        """Every chain of every table (in no particular order)."""
+        return [c for t in self.tables.values() for c in t.chains.values()]
 
 
 def chain_order(table: Table) -> list[str]:

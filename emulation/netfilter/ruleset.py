@@ -13,9 +13,11 @@ from __future__ import annotations
 import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from emulation.errors import NetfilterError
+from emulation.netfilter.counters import Counters
+from emulation.netfilter.hooks import Hook
 from emulation.netfilter.matches import ProtoMatch
 from emulation.netfilter.parse import Command, Line, iter_commands, parse_rule
 from emulation.netfilter.rules import (
@@ -28,33 +30,10 @@ from emulation.netfilter.rules import (
     chain_order,
     new_uid,
 )
-from emulation.netfilter.targets import Jump, Masquerade, Nat, Redirect, Reject, check_protocol
+from emulation.netfilter.target_options import check_protocol
+from emulation.netfilter.targets import Jump, Masquerade, Nat, Redirect, Reject
 
 __all__ = ["Counters", "apply_restore", "load", "save"]
-
-
-@dataclass(slots=True)
-class Counters:
-    """Live packet/byte counters: per rule uid, and per ``(table, chain)`` policy.
-
-    They add to the counters a rule or chain was restored with (``[p:b]``). Each value is a
-    ``(packets, bytes)`` tuple, replaced on update: a tuple of numbers leaves the cyclic
-    garbage collector's lists where a list would stay (200,000 counted rules made each full
-    collection walk 200,000 more objects).
-    """
-
-    rules: dict[int, tuple[int, int]] = field(default_factory=dict)
-    policies: dict[tuple[str, str], tuple[int, int]] = field(default_factory=dict)
-
-    def rule(self, rule: Rule) -> tuple[int, int]:
-        """``(packets, bytes)`` of a rule."""
-        live = self.rules.get(rule.uid, (0, 0))
-        return rule.counters[0] + live[0], rule.counters[1] + live[1]
-
-    def policy(self, table: str, chain: Chain) -> tuple[int, int]:
-        """``(packets, bytes)`` of a built-in chain's policy."""
-        live = self.policies.get((table, chain.name), (0, 0))
-        return chain.counters[0] + live[0], chain.counters[1] + live[1]
 
 
 @dataclass(slots=True)
@@ -242,7 +221,7 @@ def _apply_rule(tx: _Tx, line: Line | Command) -> None:
 
 
 #: Netfilter hooks in their kernel order (``NF_INET_PRE_ROUTING`` = 0 ... ``NF_INET_POST_ROUTING``).
-_HOOKS = ("PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING")
+_HOOKS = tuple(h.value for h in Hook)
 _HOOK_BIT = {h: 1 << i for i, h in enumerate(_HOOKS)}
 _PRE, _IN, _FWD, _OUT, _POST = (1 << i for i in range(5))
 
@@ -435,8 +414,3 @@ def save(state: Ruleset, *, counters: bool = False, live: Counters | None = None
                     out.append(rule.text())
         out.append("COMMIT")
     return "\n".join(out) + "\n" if out else ""
-
-
-def replace_rules(chain: Chain, rules: tuple[Rule, ...]) -> Chain:
-    """A copy of ``chain`` with other rules (policy and counters kept)."""
-    return replace(chain, rules=rules)

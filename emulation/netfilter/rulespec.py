@@ -37,7 +37,8 @@ from emulation.netfilter.matches import (
     UnknownMatch,
 )
 from emulation.netfilter.rules import Rule
-from emulation.netfilter.targets import TABLE_ONLY, TARGETS, Jump, Target, UnknownTarget
+from emulation.netfilter.target_options import TABLE_ONLY, TARGETS
+from emulation.netfilter.targets import Jump, Target, UnknownTarget
 
 __all__ = ["EXTENSION_TARGETS", "parse_rule"]
 
@@ -167,6 +168,52 @@ class _Module:
     unmodelled: str = ""  # an option of a modelled module that the model does not know
 
 
+def _owner(
+    w: str,
+    words: Sequence[str],
+    basic: dict[str, tuple[int, bool]],
+    modules: list[_Module],
+    target_name: str | None,
+    target_opts: list[_PlanOpt],
+) -> tuple[list[_PlanOpt], int]:
+    """Who owns option ``w``, and how many values it takes (-1: the plain words that follow).
+
+    The target (after -j), the latest module knowing it, an unmodelled module, or the
+    protocol's implicit match (appended to ``modules``). Raises on an unknown option.
+    """
+    dest: list[_PlanOpt] | None = None
+    nargs = 0
+    tspec = TARGETS.get(target_name) if target_name else None
+    if tspec is not None and w in tspec.options:
+        dest, nargs = target_opts, tspec.options[w]
+    if dest is None:
+        for mod in reversed(modules):
+            if mod.known and (w in MODULES[mod.name].options):
+                dest, nargs = mod.opts, MODULES[mod.name].options[w]
+                break
+    if dest is None and target_name is not None and tspec is None:
+        dest, nargs = target_opts, -1
+    if dest is None:
+        unknown = [m for m in modules if not m.known]
+        if unknown:
+            dest, nargs = unknown[-1].opts, -1
+    if dest is None:
+        proto = words[basic["p"][0]].lower() if "p" in basic else ""
+        if proto in MODULES and w in MODULES[proto].options:
+            mod = _Module(proto, True, [])
+            modules.append(mod)
+            dest, nargs = mod.opts, MODULES[proto].options[w]
+    if dest is None and modules and modules[-1].known and w.startswith("--"):
+        # An option of the last module that the model does not know (conntrack's
+        # --ctstatus, say): the whole match becomes unknown (strict mode refuses it).
+        mod = modules[-1]
+        mod.known, mod.unmodelled = False, w
+        dest, nargs = mod.opts, -1
+    if dest is None:
+        raise NetfilterError(f"unknown option {w!r}")
+    return dest, nargs
+
+
 def _route(words: Sequence[str]) -> _Plan:
     """Phase one: who owns each word (see the module docstring). Raises on bad syntax."""
     basic: dict[str, tuple[int, bool]] = {}
@@ -214,38 +261,7 @@ def _route(words: Sequence[str]) -> _Plan:
         if not w.startswith("-"):
             raise NetfilterError(f"unexpected word {w!r}")
         opt = OPTION_ALIASES.get(w, w)
-        # Find who owns this option: the target (after -j), the latest module knowing it, an
-        # unmodelled module, or the protocol's implicit match.
-        dest: list[_PlanOpt] | None = None
-        nargs = 0
-        tspec = TARGETS.get(target_name) if target_name else None
-        if tspec is not None and w in tspec.options:
-            dest, nargs = target_opts, tspec.options[w]
-        if dest is None:
-            for mod in reversed(modules):
-                if mod.known and (w in MODULES[mod.name].options):
-                    dest, nargs = mod.opts, MODULES[mod.name].options[w]
-                    break
-        if dest is None and target_name is not None and tspec is None:
-            dest, nargs = target_opts, -1
-        if dest is None:
-            unknown = [m for m in modules if not m.known]
-            if unknown:
-                dest, nargs = unknown[-1].opts, -1
-        if dest is None:
-            proto = words[basic["p"][0]].lower() if "p" in basic else ""
-            if proto in MODULES and w in MODULES[proto].options:
-                mod = _Module(proto, True, [])
-                modules.append(mod)
-                dest, nargs = mod.opts, MODULES[proto].options[w]
-        if dest is None and modules and modules[-1].known and w.startswith("--"):
-            # An option of the last module that the model does not know (conntrack's
-            # --ctstatus, say): the whole match becomes unknown (strict mode refuses it).
-            mod = modules[-1]
-            mod.known, mod.unmodelled = False, w
-            dest, nargs = mod.opts, -1
-        if dest is None:
-            raise NetfilterError(f"unknown option {w!r}")
+        dest, nargs = _owner(w, words, basic, modules, target_name, target_opts)
         if nargs < 0:  # unmodelled: take the following plain words as values
             j = i + 1
             while j < len(words) and words[j] != "!" and not words[j].startswith("-"):

@@ -1,27 +1,27 @@
 """Targets (``-j NAME ...`` / ``-g CHAIN``) as data, and what each does to a packet.
 
-``apply(ctx)`` returns a :data:`Verdict`: ``CONTINUE`` (go on with the next rule), ``ACCEPT``,
-``DROP``, ``REJECT``, ``RETURN``, or ``("JUMP"|"GOTO", chain)``. NAT targets record their
+``apply(ctx)`` returns a :data:`TargetResult`: ``CONTINUE`` (go on with the next rule), a
+:class:`~emulation.netfilter.verdicts.Verdict` (``ACCEPT``, ``DROP``, ``REJECT``), ``RETURN``,
+or ``("JUMP"|"GOTO", chain)``. NAT targets record their
 decision in the context and return ``ACCEPT`` (their ``NF_ACCEPT`` ends the nat table for
-this hook). Kernel sources are named per class (``net/netfilter/xt_*.c``, ``nf_nat_*.c``).
+this hook). Kernel sources are named per class (``net/netfilter/xt_*.c``, ``nf_nat_*.c``); building them from
+their ``-j NAME`` options is :mod:`emulation.netfilter.target_options`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
 from emulation.addr import parse_address
 from emulation.errors import NetfilterError
 from emulation.netfilter.context import Ctx
-from emulation.netfilter.matches import Opt, parse_mark, parse_port_range
 from emulation.netfilter.tokens import quote
+from emulation.netfilter.verdicts import CONTINUE, RETURN, Verdict
 
 __all__ = [
-    "NAT_PORT_PROTOCOLS",
+    "CONTINUE",
     "REJECT_WITH",
-    "TARGETS",
     "Connmark",
     "Jump",
     "MarkTarget",
@@ -31,24 +31,30 @@ __all__ = [
     "Reject",
     "Simple",
     "Target",
+    "TargetResult",
     "UnknownTarget",
     "Verdict",
-    "check_protocol",
-    "reject_type",
 ]
 
-Verdict = str | tuple[str, str]
-CONTINUE = "CONTINUE"
+#: What a target's ``apply`` returns (see the module docstring).
+TargetResult = Verdict | str | tuple[str, str]
+#: What a Simple target's ``apply`` returns, by its name.
+_SIMPLE_RESULT: dict[str, str] = {
+    "ACCEPT": Verdict.ACCEPT,
+    "DROP": Verdict.DROP,
+    "RETURN": RETURN,
+    "LOG": CONTINUE,
+    "NFLOG": CONTINUE,
+    "TRACE": CONTINUE,
+}
 
 
 class Target:
     """Base of every target: ``name`` as written after ``-j``."""
 
     name: ClassVar[str] = ""
-    #: tables where the target may be used (empty: any)
-    tables: ClassVar[frozenset[str]] = frozenset()
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         """Do what the target does to the packet; return the verdict."""
         raise NotImplementedError
 
@@ -73,13 +79,12 @@ class Simple(Target):
     def label(self) -> str:
         return self.verdict
 
-    def apply(self, ctx: Ctx) -> Verdict:
-        if self.verdict in ("NOTRACK", "CT"):
+    def apply(self, ctx: Ctx) -> TargetResult:
+        result = _SIMPLE_RESULT.get(self.verdict)
+        if result is None:  # NOTRACK, CT --notrack
             ctx.notrack = True
             return CONTINUE
-        if self.verdict in ("LOG", "NFLOG", "TRACE"):
-            return CONTINUE
-        return self.verdict
+        return result
 
     def save_args(self) -> list[str]:
         return ["-j", self.verdict, *self.args]
@@ -96,7 +101,7 @@ class Jump(Target):
     def label(self) -> str:
         return self.chain
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         return ("GOTO" if self.goto else "JUMP", self.chain)
 
     def save_args(self) -> list[str]:
@@ -149,7 +154,6 @@ class Reject(Target):
 
     with_: str = "icmp-port-unreachable"
     name: ClassVar[str] = "REJECT"
-    tables: ClassVar[frozenset[str]] = frozenset({"filter"})
 
     def __post_init__(self) -> None:
         if self.with_ not in _REJECT_CODES:
@@ -160,21 +164,11 @@ class Reject(Target):
         """The code of the destination unreachable sent (ICMP or ICMPv6); ``None`` for tcp-reset."""
         return _REJECT_CODES[self.with_]
 
-    def apply(self, ctx: Ctx) -> Verdict:
-        return "REJECT"
+    def apply(self, ctx: Ctx) -> TargetResult:
+        return Verdict.REJECT
 
     def save_args(self) -> list[str]:
         return ["-j", "REJECT", "--reject-with", self.with_]
-
-
-def _split_hostport(text: str) -> tuple[str, str]:
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        return host, rest.removeprefix(":")
-    if text.count(":") > 1:
-        return text, ""
-    host, _, port = text.partition(":")
-    return host, port
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,15 +190,14 @@ class Nat(Target):
     port: int | None
     flags: tuple[str, ...] = ()
     port_high: int | None = None  # the end of a ``:PORT-PORT`` range (else ``port``)
-    tables: ClassVar[frozenset[str]] = frozenset({"nat"})
 
     @property
     def label(self) -> str:
         return f"{self.kind} {self.spec}"
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         if self.version != ctx.version:
-            return "DROP"
+            return Verdict.DROP
         if self.kind == "DNAT":
             addr = ctx.dst if self.addr is None else self.addr
             ctx.dnat = (addr, self.port if self.port is not None else ctx.dport)
@@ -213,7 +206,7 @@ class Nat(Target):
             high = self.port if self.port_high is None else self.port_high
             rand_all = "--random" in self.flags or "--random-fully" in self.flags
             ctx.snat = (ctx.src if self.addr is None else self.addr, self.port, high, rand_all)
-        return "ACCEPT"
+        return Verdict.ACCEPT
 
     def save_args(self) -> list[str]:
         opt = "--to-destination" if self.kind == "DNAT" else "--to-source"
@@ -234,13 +227,12 @@ class Masquerade(Target):
     to_ports: tuple[int, int] | None = None
     flags: tuple[str, ...] = ()
     name: ClassVar[str] = "MASQUERADE"
-    tables: ClassVar[frozenset[str]] = frozenset({"nat"})
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         ctx.masquerade = True
         low, high = self.to_ports if self.to_ports else (None, None)
         ctx.snat = (-1, low, high, bool(self.flags))  # both flags are NF_NAT_RANGE_PROTO_RANDOM_ALL
-        return "ACCEPT"
+        return Verdict.ACCEPT
 
     def save_args(self) -> list[str]:
         out = ["-j", "MASQUERADE"]
@@ -261,19 +253,18 @@ class Redirect(Target):
     to_ports: tuple[int, int] | None = None
     flags: tuple[str, ...] = ()
     name: ClassVar[str] = "REDIRECT"
-    tables: ClassVar[frozenset[str]] = frozenset({"nat"})
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         if ctx.iif is None or ctx.iif == "lo":
             addr = parse_address("127.0.0.1" if ctx.version == 4 else "::1")[1]
         else:
             primary = ctx.node.primary_address(ctx.iif, ctx.version)
             if primary is None:
-                return "DROP"
+                return Verdict.DROP
             addr = parse_address(primary)[1]
         ctx.dnat = (addr, self.to_ports[0] if self.to_ports else ctx.dport)
         ctx.dst, ctx.dport = ctx.dnat
-        return "ACCEPT"
+        return Verdict.ACCEPT
 
     def save_args(self) -> list[str]:
         out = ["-j", "REDIRECT"]
@@ -295,7 +286,7 @@ class MarkTarget(Target):
     mask: int
     name: ClassVar[str] = "MARK"
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         ctx.mark = (ctx.mark & ~self.mask & 0xFFFFFFFF) ^ self.value
         return CONTINUE
 
@@ -314,7 +305,7 @@ class Connmark(Target):
     ctmask: int = 0xFFFFFFFF
     name: ClassVar[str] = "CONNMARK"
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         if self.mode == "set":
             ctx.ctmark = (ctx.ctmark & ~self.mask & 0xFFFFFFFF) ^ self.value
         elif self.mode == "save":
@@ -348,243 +339,9 @@ class UnknownTarget(Target):
     def label(self) -> str:
         return f"{self.target} (unknown)"
 
-    def apply(self, ctx: Ctx) -> Verdict:
+    def apply(self, ctx: Ctx) -> TargetResult:
         ctx.uncertain = True
         return CONTINUE
 
     def save_args(self) -> list[str]:
         return ["-j", self.target, *(a if a == "!" or a.startswith("-") else quote(a) for a in self.args)]
-
-
-# --- building targets from options ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TargetSpec:
-    """A target: option name -> number of values, and a builder ``(opts, ip version)``."""
-
-    options: dict[str, int]
-    build: Callable[[list[Opt], int], Target]
-
-
-def _opts(opts: list[Opt]) -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name, neg, value in opts:
-        if neg:
-            raise NetfilterError(f"{name} cannot be negated")
-        if name in out:
-            raise NetfilterError(f"option {name} given twice")
-        out[name] = value
-    return out
-
-
-def _simple(verdict: str) -> Callable[[list[Opt], int], Target]:
-    def build(opts: list[Opt], version: int) -> Target:
-        o = _opts(opts)
-        if verdict == "CT" and set(o) != {"--notrack"}:
-            raise NetfilterError("only CT --notrack is modelled")
-        args: list[str] = []
-        if verdict == "LOG":
-            for k in ("--log-level", "--log-prefix"):
-                if k in o:
-                    args += [k, quote(o[k] or "") if k == "--log-prefix" else (o[k] or "")]
-        elif verdict == "CT":
-            args = ["--notrack"]
-        elif o:
-            raise NetfilterError(f"{verdict} takes no options, got {sorted(o)}")
-        return Simple(verdict, tuple(args))
-
-    return build
-
-
-def reject_type(given: str, version: int) -> str:
-    """The canonical ``--reject-with`` type ``given`` names, as ``REJECT_parse`` reads it.
-
-    libipt_REJECT.c / libip6t_REJECT.c take the first type, in table order, whose name or alias
-    starts with ``given`` ignoring case (``strncasecmp(name, arg, strlen(arg))``): ``tcp``,
-    ``TCP-RESET`` and ``tcp-rst`` are tcp-reset, ``icmp`` is icmp-net-unreachable (icmp6-no-route
-    for IPv6) and ``host`` is icmp-host-unreachable.
-
-    Raises:
-        NetfilterError: no type starts with ``given``.
-    """
-    want = given.lower()
-    for name, (alias, _) in REJECT_WITH[version].items():
-        if name.startswith(want) or alias.startswith(want):
-            return name
-    hint = " (echo-reply is no longer supported)" if "echo-reply".startswith(want) and version == 4 else ""
-    raise NetfilterError(
-        f"unknown reject type {given!r}{hint}; expected one of {list(REJECT_WITH[version])}, "
-        "their aliases, or a prefix of one"
-    )
-
-
-def _reject(opts: list[Opt], version: int) -> Target:
-    o = _opts(opts)
-    given = o.get("--reject-with")
-    if given is None:  # REJECT_init: port unreachable
-        return Reject("icmp-port-unreachable" if version == 4 else "icmp6-port-unreachable")
-    return Reject(reject_type(given, version))
-
-
-def _nat(kind: str) -> Callable[[list[Opt], int], Target]:
-    opt = "--to-destination" if kind == "DNAT" else "--to-source"
-
-    def build(opts: list[Opt], version: int) -> Target:
-        o = _opts(opts)
-        spec = o.get(opt)
-        if not spec:
-            raise NetfilterError(f"{kind} needs {opt} ADDR[:PORT]")
-        host, port_s = _split_hostport(spec)
-        if not host and not port_s:
-            raise NetfilterError(f"{kind} {opt} {spec!r}: expected ADDR[-ADDR][:PORT[-PORT]] or :PORT")
-        addr: int | None = None
-        if host:  # ``:PORT`` alone keeps the address (no NF_NAT_RANGE_MAP_IPS)
-            v, addr = parse_address(host.partition("-")[0])
-            if v != version:
-                raise NetfilterError(f"{opt} {spec!r} is not an IPv{version} address")
-        port, high = parse_port_range(port_s.replace("-", ":")) if port_s else (None, None)
-        flags = tuple(f for f in ("--random", "--random-fully", "--persistent") if f in o)
-        if version == 6 and spec.startswith("[") and not port_s:
-            spec = host  # ip6tables-save brackets an address only when a port follows
-        return Nat(kind, spec, version, addr, port, flags, None if high == port else high)
-
-    return build
-
-
-def _to_ports(o: dict[str, str | None]) -> tuple[int, int] | None:
-    return parse_port_range((o["--to-ports"] or "").replace("-", ":")) if "--to-ports" in o else None
-
-
-def _masquerade(opts: list[Opt], version: int) -> Target:
-    o = _opts(opts)
-    return Masquerade(_to_ports(o), tuple(f for f in ("--random", "--random-fully") if f in o))
-
-
-def _redirect(opts: list[Opt], version: int) -> Target:
-    o = _opts(opts)
-    return Redirect(_to_ports(o), tuple(f for f in ("--random",) if f in o))
-
-
-def _mark_target(opts: list[Opt], version: int) -> Target:
-    o = _opts(opts)
-    if len(o) != 1:
-        raise NetfilterError(
-            "MARK needs exactly one of --set-xmark, --set-mark, --and-mark, --or-mark, --xor-mark"
-        )
-    ((name, value),) = o.items()
-    v, m = parse_mark(value or "")
-    if name == "--set-xmark":
-        return MarkTarget(v, m)
-    if name == "--set-mark":
-        return MarkTarget(v, m | v)
-    if name == "--and-mark":
-        return MarkTarget(0, ~v & 0xFFFFFFFF)
-    if name == "--or-mark":
-        return MarkTarget(v, v)
-    return MarkTarget(v, 0)
-
-
-def _connmark(opts: list[Opt], version: int) -> Target:
-    o = _opts(opts)
-    nfmask = parse_mark(o["--nfmask"] or "")[0] if "--nfmask" in o else 0xFFFFFFFF
-    ctmask = parse_mark(o["--ctmask"] or "")[0] if "--ctmask" in o else 0xFFFFFFFF
-    if "--save-mark" in o or "--restore-mark" in o:
-        mode = "save" if "--save-mark" in o else "restore"
-        if "--mask" in o:
-            nfmask = ctmask = parse_mark(o["--mask"] or "")[0]
-        return Connmark(mode, nfmask=nfmask, ctmask=ctmask)
-    m = _mark_target([(k, False, v) for k, v in o.items()], version)
-    assert isinstance(m, MarkTarget)
-    return Connmark("set", m.value, m.mask)
-
-
-TARGETS: dict[str, TargetSpec] = {
-    "ACCEPT": TargetSpec({}, _simple("ACCEPT")),
-    "DROP": TargetSpec({}, _simple("DROP")),
-    "RETURN": TargetSpec({}, _simple("RETURN")),
-    "LOG": TargetSpec({"--log-level": 1, "--log-prefix": 1}, _simple("LOG")),
-    "NOTRACK": TargetSpec({}, _simple("NOTRACK")),
-    "CT": TargetSpec({"--notrack": 0}, _simple("CT")),
-    "REJECT": TargetSpec({"--reject-with": 1}, _reject),
-    "DNAT": TargetSpec({"--to-destination": 1, "--random": 0, "--persistent": 0}, _nat("DNAT")),
-    "SNAT": TargetSpec(
-        {"--to-source": 1, "--random": 0, "--random-fully": 0, "--persistent": 0}, _nat("SNAT")
-    ),
-    "MASQUERADE": TargetSpec({"--to-ports": 1, "--random": 0, "--random-fully": 0}, _masquerade),
-    "REDIRECT": TargetSpec({"--to-ports": 1, "--random": 0}, _redirect),
-    "MARK": TargetSpec(
-        {"--set-xmark": 1, "--set-mark": 1, "--and-mark": 1, "--or-mark": 1, "--xor-mark": 1}, _mark_target
-    ),
-    "CONNMARK": TargetSpec(
-        {
-            "--set-xmark": 1,
-            "--set-mark": 1,
-            "--and-mark": 1,
-            "--or-mark": 1,
-            "--xor-mark": 1,
-            "--save-mark": 0,
-            "--restore-mark": 0,
-            "--nfmask": 1,
-            "--ctmask": 1,
-            "--mask": 1,
-        },
-        _connmark,
-    ),
-}
-
-#: Targets valid only in some tables (the kernel refuses them elsewhere).
-TABLE_ONLY = {
-    "DNAT": "nat",
-    "SNAT": "nat",
-    "MASQUERADE": "nat",
-    "REDIRECT": "nat",
-    "NOTRACK": "raw",
-    "CT": "raw",
-    # ipt_REJECT.c / ip6t_REJECT.c register the target with .table = "filter".
-    "REJECT": "filter",
-}
-
-#: ``-p`` protocols a NAT port needs: iptables' DNAT/SNAT/MASQUERADE/REDIRECT extensions refuse
-#: others with "Need TCP, UDP, SCTP or DCCP with port specification". IPv4 also takes ICMP (its
-#: id is the "port"), and neither family looks at ``!`` (``! -p tcp ... :2000`` loads), as
-#: iptables-restore 1.8.9 (nf_tables and legacy) shows.
-NAT_PORT_PROTOCOLS = {4: frozenset({6, 17, 132, 33, 1}), 6: frozenset({6, 17, 132, 33})}
-
-
-#: ``-p`` names to protocol numbers (/etc/protocols), for :func:`check_protocol`.
-_PROTO_NUMBER = {
-    "tcp": 6, "udp": 17, "sctp": 132, "dccp": 33, "icmp": 1, "icmpv6": 58, "ipv6-icmp": 58,
-    "udplite": 136, "esp": 50, "ah": 51, "gre": 47, "mh": 135,
-}  # fmt: skip
-
-
-def check_protocol(target: Target | None, proto_text: str | None, negated: bool, version: int) -> None:
-    """Refuse a target whose options need a ``-p`` protocol the rule does not give.
-
-    Args:
-        proto_text: the rule's ``-p`` value as parsed (a lower-case name or a number), or
-            ``None`` without ``-p``; ``all`` and ``0`` are no protocol.
-        negated: whether it is ``! -p``.
-
-    Raises:
-        NetfilterError: ``--reject-with tcp-reset`` without ``-p tcp`` (or with ``! -p tcp``:
-            ``reject_tg_check`` in ipt_REJECT.c and ip6t_REJECT.c returns ``-EINVAL``), or a
-            NAT port without a protocol of :data:`NAT_PORT_PROTOCOLS` (iptables' own check).
-    """
-    number = int(proto_text) if proto_text and proto_text.isdigit() else None
-    proto = _PROTO_NUMBER.get(proto_text or "", number) or None  # ``-p all`` / ``-p 0``: None
-    if isinstance(target, Reject) and target.with_ == "tcp-reset" and (proto != 6 or negated):
-        raise NetfilterError(
-            f"--reject-with tcp-reset needs -p tcp (the kernel refuses it for "
-            f"{'! -p' if negated else '-p'} {proto_text or 'all'}); "
-            "add -p tcp or use an ICMP reject type"
-        )
-    has_port = (isinstance(target, Nat) and target.port is not None) or (
-        isinstance(target, (Masquerade, Redirect)) and target.to_ports is not None
-    )
-    if has_port and proto not in NAT_PORT_PROTOCOLS[version]:
-        raise NetfilterError(
-            f"{target.label if target is not None else ''}: Need TCP, UDP, SCTP or DCCP with port "
-            "specification; add -p tcp (or udp, sctp, dccp) before the target"
-        )

@@ -7,42 +7,54 @@ descends, a goto replaces the current chain, RETURN (or falling off the end) goe
 caller, and a built-in chain then applies its policy. A match that evaluates to "unknown"
 makes the rule not taken, flags the outcome as uncertain and shows in the trace.
 
-Two walks share these semantics. The plain walk tests every rule's match values as written
-(``Match.test``) and is the one that traces. The indexed walk, used when tracing is off,
-runs each chain's compiled rules (see :mod:`emulation.netfilter.compile`) and only the
-candidates its index gives for the packet; the rules it leaves out are ones whose match is
-known to fail, and the kernel counts only matched rules, so its verdicts, counters and side
-effects are exactly those of the plain walk (an equivalence property tests this).
-
-While the flow cache records a path (``ctx.rec``, see :mod:`emulation.netfilter.flowcache`),
-both walks tell the recorder what each tested rule reads and which targets ran.
+This is the reference walk: it tests every rule's match values as written (``Match.test``),
+and it is the one that traces. :func:`run_chain` takes the walk to use as an argument, so the
+accelerator (:mod:`emulation.netfilter.accel`) can give its compiled, indexed walk instead,
+which is proven equal to this one; a :class:`WalkObserver` (the accelerator's flow recorder)
+may watch which rules are tested and which targets run.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from typing import Protocol
 
 from emulation.errors import NetfilterError
-from emulation.netfilter import flowcache
-from emulation.netfilter.compile import APPLY, COUNT, GOTO, JUMP, MIN_INDEXED, VERDICT, target_code
 from emulation.netfilter.context import Ctx, TraceStep
-from emulation.netfilter.rules import Chain, Table
-from emulation.netfilter.targets import CONTINUE, Verdict
+from emulation.netfilter.rules import Chain, Rule, Table
+from emulation.netfilter.targets import Target
+from emulation.netfilter.verdicts import CONTINUE, RETURN, Verdict
 
-__all__ = ["run_chain"]
+__all__ = ["MAX_DEPTH", "ChainWalk", "WalkObserver", "plain_walk", "run_chain", "walk_rules"]
 
 MAX_DEPTH = 64
-_Walk = Callable[[Ctx, Table, Chain, int], "str | None"]
+
+#: One chain's walk: ``walk(ctx, table, chain, depth)`` returns the verdict that ended it
+#: (a :class:`~emulation.netfilter.verdicts.Verdict`), ``RETURN``, or ``None`` when it fell
+#: off the end. ``depth`` counts the jumps that led to it.
+ChainWalk = Callable[[Ctx, Table, Chain, int], "str | None"]
+
+#: A built-in chain's policy as a verdict.
+_POLICY = {"ACCEPT": Verdict.ACCEPT, "DROP": Verdict.DROP}
 
 
-def run_chain(ctx: Ctx, table: Table, chain: Chain) -> str:
-    """Run built-in ``chain`` of ``table``: return ACCEPT, DROP or REJECT (policy included)."""
-    verdict = (
-        _walk(ctx, table, chain, 0) if ctx.tracing or not ctx.indexed else _walk_indexed(ctx, table, chain, 0)
-    )
-    if verdict is None or verdict == "RETURN":
+class WalkObserver(Protocol):
+    """What a walk tells whoever watches it (the flow cache's recorder)."""
+
+    def tested(self, rule: Rule) -> None:
+        """``rule`` is about to be tested."""
+
+    def applied(self, target: Target) -> None:
+        """``target`` of a matching rule is about to run."""
+
+
+def run_chain(ctx: Ctx, table: Table, chain: Chain, walk: ChainWalk | None = None) -> Verdict:
+    """Run built-in ``chain`` of ``table`` with ``walk`` (default: the plain walk; always the
+    plain walk when tracing): return ACCEPT, DROP or REJECT (policy included)."""
+    verdict = (plain_walk if walk is None or ctx.tracing else walk)(ctx, table, chain, 0)
+    if verdict is None or verdict == RETURN:
         ctx.policy_hits.append((table.name, chain.name, ctx.length))
-        policy = chain.policy or "ACCEPT"
+        policy = _POLICY[chain.policy or "ACCEPT"]
         if ctx.tracing:
             ctx.trace.append(
                 TraceStep(
@@ -57,92 +69,38 @@ def run_chain(ctx: Ctx, table: Table, chain: Chain) -> str:
                 )
             )
         return policy
-    return verdict
+    return verdict  # type: ignore[return-value]  # a walk ends in a Verdict unless it returned
 
 
-def _walk_indexed(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | None:
-    if depth > MAX_DEPTH:
-        raise NetfilterError(f"chain nesting deeper than {MAX_DEPTH} at {table.name}/{chain.name}: a loop?")
-    compiled = chain._compiled
-    if compiled is None and len(chain.rules) < MIN_INDEXED and (not chain._seen or not ctx.compile_short):
-        # A short chain's first visit walks it as written (compiling costs about as much as
-        # one walk, and at 10,000 Services most chains are met once); the next one compiles.
-        # A new flow's walk with the flow cache on never compiles one: its path is replayed
-        # from then on, and compiled chains only add work for the garbage collector.
-        if ctx.compile_short:
-            object.__setattr__(chain, "_seen", True)
-        return _walk(ctx, table, chain, depth, _walk_indexed)
-    if compiled is None:
-        compiled = chain.compiled()
-    seq = compiled.rules
-    if seq is None:
-        seq = compiled.candidates(ctx)
-    hits = ctx.hits
-    rec = ctx.rec
-    if rec is not None and compiled.index is not None and compiled.index.kind == "dport":
-        rec.read(flowcache.DPORT)
-    for uid, test, code, arg, deps in seq:
-        if rec is not None and deps is not flowcache.NOTHING:
-            rec.rule(deps)
-        if test is not None:
-            res = test(ctx)
-            if res is not True:
-                if res is None:
-                    ctx.uncertain = True
-                continue
-        hits.append(uid)
-        if code == JUMP:
-            sub = _walk_indexed(ctx, table, table.chains[arg], depth + 1)  # type: ignore[index]
-            if sub is None or sub == "RETURN":
-                continue
-            return sub
-        if code == VERDICT:
-            return arg  # type: ignore[return-value]
-        if code == COUNT:
-            continue
-        if code == GOTO:
-            sub = _walk_indexed(ctx, table, table.chains[arg], depth + 1)  # type: ignore[index]
-            return None if sub is None or sub == "RETURN" else sub
-        assert code == APPLY
-        if rec is not None:
-            rec.op(flowcache.APPLY, arg)
-        verdict: Verdict = arg(ctx)  # type: ignore[operator]
-        if verdict == CONTINUE:
-            continue
-        if isinstance(verdict, tuple):
-            kind, name = verdict
-            sub = _walk_indexed(ctx, table, table.chains[name], depth + 1)
-            if kind == "GOTO":
-                return None if sub in (None, "RETURN") else sub
-            if sub is None or sub == "RETURN":
-                continue
-            return sub
-        return verdict
-    return None
+def plain_walk(ctx: Ctx, table: Table, chain: Chain, depth: int) -> str | None:
+    """The reference walk of ``chain``: every rule as written (a :data:`ChainWalk`)."""
+    return walk_rules(ctx, table, chain, depth)
 
 
-def _walk(
+def walk_rules(
     ctx: Ctx,
     table: Table,
     chain: Chain,
     depth: int,
-    descend: _Walk | None = None,
-    positions: Sequence[int] | None = None,
+    *,
+    observer: WalkObserver | None = None,
+    descend: ChainWalk | None = None,
 ) -> str | None:
-    """The plain walk: the rules at ``positions`` (default: every rule) as written; traces when
-    asked to. Jumps go to ``descend`` (default: this walk)."""
-    sub_walk = descend or _walk
+    """The plain walk: every rule of ``chain`` as written; traces when asked to. Jumps go to
+    ``descend`` (default: this walk, with the same observer).
+
+    Raises:
+        NetfilterError: jumps nest deeper than :data:`MAX_DEPTH` (a loop).
+    """
     if depth > MAX_DEPTH:
         raise NetfilterError(f"chain nesting deeper than {MAX_DEPTH} at {table.name}/{chain.name}: a loop?")
     rules = chain.rules
-    rec = ctx.rec
-    for i in range(len(rules)) if positions is None else positions:
+    tracing = ctx.tracing
+    for i in range(len(rules)):
         rule = rules[i]
         uid = rule.uid
-        if rec is not None:
-            deps = rule.deps()
-            if deps is not flowcache.NOTHING:
-                rec.rule(deps)
+        if observer is not None:
+            observer.tested(rule)
         res: bool | None = True
         for m in rule.basic:
             res = m.test(ctx, uid)
@@ -156,30 +114,32 @@ def _walk(
         if res is not True:
             if res is None:
                 ctx.uncertain = True
-            if ctx.tracing:
+            if tracing:
                 _trace(ctx, table, chain, i, "unknown" if res is None else "nomatch", "")
             continue
         ctx.hits.append(uid)
         target = rule.target
         if target is None:
-            if ctx.tracing:
+            if tracing:
                 _trace(ctx, table, chain, i, "match", "")
             continue
-        if rec is not None:
-            code, arg = target_code(target)
-            if code == APPLY:
-                rec.op(flowcache.APPLY, arg)
+        if observer is not None:
+            observer.applied(target)
         verdict = target.apply(ctx)
-        if ctx.tracing:
+        if tracing:
             _trace(ctx, table, chain, i, "match", target.label)
         if verdict == CONTINUE:
             continue
         if isinstance(verdict, tuple):
             kind, name = verdict
-            sub = sub_walk(ctx, table, table.chains[name], depth + 1)
+            sub = (
+                descend(ctx, table, table.chains[name], depth + 1)
+                if descend is not None
+                else walk_rules(ctx, table, table.chains[name], depth + 1, observer=observer)
+            )
             if kind == "GOTO":
-                return None if sub in (None, "RETURN") else sub
-            if sub is None or sub == "RETURN":
+                return None if sub is None or sub == RETURN else sub
+            if sub is None or sub == RETURN:
                 continue
             return sub
         return verdict

@@ -43,8 +43,8 @@ from hypothesis import strategies as st
 from emulation.clock import ManualClock
 from emulation.errors import NetfilterError
 from emulation.netfilter import Netns, load
+from emulation.netfilter.accel.deps import NOTHING, match_deps
 from emulation.netfilter.context import Ctx, Dynamic
-from emulation.netfilter.flowcache import NOTHING, match_deps
 from emulation.netfilter.matches import Conntrack
 from emulation.packet import Packet
 from tests.emulation.helpers import NODE_IP, make_node, pkt

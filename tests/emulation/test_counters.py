@@ -1,8 +1,15 @@
+# ruff: noqa: E501  (iptables rules are long lines; they are kept whole to stay readable)
 """Per-rule and policy counters, as iptables-save -c prints them."""
 
 from __future__ import annotations
 
-from tests.emulation.helpers import KUBE_NAT, RNG, netns, pkt
+import random
+
+from emulation.clock import ManualClock
+from emulation.netfilter import Netns, load
+from tests.emulation.helpers import KUBE_NAT, RNG, make_node, netns, pkt
+
+_MANGLE = "*mangle\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\nCOMMIT\n"
 
 
 def test_counters_count_packets_and_bytes_of_matching_rules() -> None:
@@ -33,3 +40,30 @@ def test_noflush_restore_keeps_counters_of_untouched_chains() -> None:
     text = ns.save(counters=True)
     assert "[1:60] -A PREROUTING" in text
     assert "[0:0] -A KUBE-SVC-AAA -j KUBE-SEP-1" in text
+
+
+def _policy_line(save: str) -> str:
+    return next(line for line in save.splitlines() if line.startswith(":PREROUTING"))
+
+
+def test_a_restore_restarts_the_policy_counters_of_the_tables_it_replaces() -> None:
+    """iptables-restore of a table sets its built-in chains' counters to what it declares:
+    ``[0:0]`` without ``-c``, the saved values with it (kernel, iptables 1.8 nf_tables)."""
+    ns = Netns(make_node(), ManualClock(), ruleset=load(_MANGLE))
+    rng = random.Random(1)
+    for i in range(10):
+        ns.send(pkt(sport=1000 + i, length=60), rng)
+    saved = ns.save(counters=True)
+    assert _policy_line(saved) == ":PREROUTING ACCEPT [10:600]"
+    ns.restore(saved, counters=True)
+    assert ns.save(counters=True) == saved  # not [20:1200]
+    ns.restore(_MANGLE)
+    assert _policy_line(ns.save(counters=True)) == ":PREROUTING ACCEPT [0:0]"
+
+
+def test_a_noflush_restore_keeps_the_live_policy_counters() -> None:
+    """``--noflush`` keeps a built-in chain's live policy counter."""
+    ns = Netns(make_node(), ManualClock(), ruleset=load(_MANGLE))
+    ns.send(pkt(), random.Random(1))
+    ns.restore(_MANGLE, noflush=True)
+    assert _policy_line(ns.save(counters=True)) == ":PREROUTING ACCEPT [1:60]"

@@ -22,7 +22,7 @@ from emulation.errors import NetfilterError
 from emulation.netfilter import Netns, Outcome, load, rulespec
 from emulation.netfilter.tokens import split_words
 from emulation.packet import Packet
-from tests.emulation.bench_netfilter import kube_ruleset
+from tests.benchmarks.bench_netfilter import kube_ruleset
 from tests.emulation.helpers import make_node
 from tests.emulation.strategies import KubeRuleset, kube_rulesets, packets_for
 
@@ -96,7 +96,8 @@ def test_traced_walk_lists_every_rule_of_an_indexed_chain() -> None:
     """With tracing on, KUBE-SERVICES is walked rule by rule up to the match, as the kernel does."""
     text = kube_ruleset(40, 2)
     ns = Netns(make_node(), ManualClock(), ruleset=load(text))
-    assert ns.ruleset.chain("nat", "KUBE-SERVICES").index is not None  # type: ignore[union-attr]
+    chain = ns.ruleset.chain("nat", "KUBE-SERVICES")
+    assert chain is not None and ns.accelerator.index(chain) is not None
     out = ns.send(
         Packet(src="203.0.113.2", dst="172.30.0.30", sport=5, dport=80, in_interface="eth0"),
         random.Random(1),

@@ -3,9 +3,14 @@
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
 from emulation.clock import ManualClock
+from emulation.netfilter import Netns, load
 from emulation.packet import Packet
-from tests.emulation.helpers import KUBE_NAT, RNG, netns, pkt
+from tests.emulation.helpers import KUBE_NAT, RNG, make_node, netns, pkt
 
 
 def test_hook_order_for_a_forwarded_packet() -> None:
@@ -148,3 +153,25 @@ def test_no_route_drops() -> None:
     ns = Netns(Node(interfaces=(Interface(name="eth0", addresses=("192.168.0.2/24",)),)), Clock())
     out = ns.send(pkt(dst="8.8.8.8"), RNG)
     assert (out.verdict, out.reason) == ("DROP", "route: unreachable")
+
+
+def test_a_packet_of_the_other_family_is_refused() -> None:
+    """One Netns holds one family's rules; an IPv4 packet to ip6tables rules is an error, not ACCEPT."""
+    ns = Netns(make_node(), ManualClock(), ruleset=load("*mangle\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n", version=6))
+    with pytest.raises(ValueError, match="IPv4 packet sent to IPv6 rules"):
+        ns.send(pkt(), random.Random(1))
+    with pytest.raises(ValueError, match="one family"):
+        ns.enumerate(pkt())
+
+
+def test_martian_sources_are_dropped_at_input_routing() -> None:
+    """ip_route_input_slow refuses a multicast, limited-broadcast or 0.0.0.0/8 source (after
+    PREROUTING, whose rules still count the packet)."""
+    ns = netns("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp\nCOMMIT\n")
+    rng = random.Random(0)
+    for src in ("0.0.0.0", "0.1.2.3", "255.255.255.255", "224.0.0.5"):
+        out = ns.send(Packet(src=src, dst="192.168.0.2", sport=1, dport=80, in_interface="eth0"), rng)
+        assert (out.verdict, out.reason.split(" (")[0]) == ("DROP", "martian source"), src
+    assert "[4:240] -A PREROUTING -p tcp" in ns.save(counters=True)
+    ok = ns.send(Packet(src="203.0.113.1", dst="192.168.0.2", sport=1, dport=80, in_interface="eth0"), rng)
+    assert ok.verdict == "ACCEPT"

@@ -103,7 +103,7 @@ def _by_position(ns: Netns) -> dict[int, tuple[int, int]]:
 
 def _flows(ns: Netns) -> int:
     """Segments the cache holds."""
-    return 0 if ns._flows is None else ns._flows.segments
+    return 0 if ns.flow_cache is None else ns.flow_cache.segments
 
 
 def test_clients_outside_the_compared_prefixes_share_a_path() -> None:
@@ -172,14 +172,15 @@ def test_a_full_cache_is_emptied_and_refilled() -> None:
     rng_a, rng_b = random.Random(2), random.Random(2)
     cached.send(pkt(dst="172.30.0.41", dport=80, sport=1), rng_a)
     walked.send(pkt(dst="172.30.0.41", dport=80, sport=1), rng_b)
-    assert cached._flows is not None
-    cached._flows.limit = 3
+    cache = cached.flow_cache
+    assert cache is not None
+    cache.limit = 3
     for i in range(200):
         p = pkt(
             src=f"10.0.{i % 4}.{i % 9 + 1}", dst="172.30.0.41", dport=80, sport=2 + i, in_interface="cni0"
         )
         assert cached.send(p, rng_a) == walked.send(p, rng_b)
-        assert cached._flows.segments <= 3
+        assert cache.segments <= 3
     assert cached.save(counters=True) == walked.save(counters=True)
 
 

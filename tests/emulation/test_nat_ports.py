@@ -199,3 +199,21 @@ def test_the_flow_cache_chooses_the_ports_the_walk_chooses(rules: str) -> None:
     assert runs[0] == runs[1]
     remapped = [p for v, _, p in runs[0][0] if v == "ACCEPT" and p.sport not in (40000, 40001, 40002, 45000, 45001, 45002)]
     assert len(remapped) >= 5  # the clashes happened
+
+
+def _pod(sport: int) -> Packet:
+    return Packet(src="10.0.0.5", dst="198.51.100.1", sport=sport, dport=53, protocol="udp", in_interface="cni0", length=36)
+
+
+def test_enumerate_finds_a_free_port_when_one_exists() -> None:
+    """enumerate searches the whole range once (from offset 0): with ports 2000-2189 of
+    2000-2199 mapped, a flow from outside the range is accepted on 2190, as send() and the
+    kernel accept it (128 tries from offset 0, and the shrinking rounds after them, also from
+    0, would never leave 2000-2127)."""
+    ns = netns("*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o eth0 -p udp -j SNAT --to-source 192.168.0.2:2000-2199\nCOMMIT\n")
+    rng = random.Random(0)
+    for i in range(190):  # each keeps its own port (inside the range, free)
+        assert ns.send(_pod(2000 + i), rng).packet.sport == 2000 + i
+    outs = ns.enumerate(_pod(50000))
+    assert [(o.verdict, o.packet.sport) for _, o in outs] == [("ACCEPT", 2190)]
+    assert ns.send(_pod(50000), rng).packet.sport in range(2190, 2200)

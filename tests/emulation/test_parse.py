@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from emulation.clock import ManualClock
 from emulation.errors import NetfilterError
-from emulation.netfilter import Ruleset, apply_restore, load, save
+from emulation.netfilter import Netns, Ruleset, apply_restore, load, save
 from emulation.netfilter.matches import UnknownMatch
 from emulation.netfilter.targets import UnknownTarget
 from emulation.netfilter.tokens import quote, split_words
-from tests.emulation.helpers import KUBE_NAT
+from tests.emulation.helpers import KUBE_NAT, make_node, pkt
 
 
 def test_save_parse_save_is_identical() -> None:
@@ -143,3 +146,33 @@ def test_ipv6_ruleset_parses_bracketed_dnat() -> None:
     text = "*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -d fd00::1/128 -p tcp -j DNAT --to-destination [fd00::2]:80\nCOMMIT\n"
     rs = apply_restore(Ruleset(version=6), text)
     assert "-A PREROUTING -d fd00::1/128 -p tcp -j DNAT --to-destination [fd00::2]:80" in save(rs)
+
+
+def test_an_unmodelled_option_of_a_modelled_match_makes_the_match_unknown() -> None:
+    """A real dump with ``-m conntrack --ctstatus`` loads (the match is unknown, as unmodelled
+    modules are) instead of failing the whole dump; strict mode names the option."""
+    dump = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT -m conntrack --ctstate NEW --ctstatus DNAT -j DROP\n-A INPUT -p udp -j ACCEPT\nCOMMIT\n"
+    ruleset = load(dump)
+    rule = ruleset.rules()[0][1]
+    assert isinstance(rule.matches[0], UnknownMatch) and rule.matches[0].name == "conntrack"
+    ns = Netns(make_node(), ManualClock(), ruleset=ruleset)
+    out = ns.send(pkt(dst="192.168.0.2", dport=53, protocol="udp"), random.Random(1), trace=True)
+    assert out.uncertain and out.verdict == "ACCEPT"
+    assert any(step.result == "unknown" for step in out.trace)
+    with pytest.raises(NetfilterError, match="--ctstatus"):
+        load(dump, strict=True)
+
+
+def test_a_conntrack_address_of_the_other_family_is_refused_and_a_host_prints_bare() -> None:
+    """iptables refuses ``--ctorigsrc fd00::1`` in an IPv4 rule (it would silently never match,
+    and ``!`` of it would match everything), and saves a host as ``10.0.0.2``, not ``/32``."""
+    rule = "-A FORWARD -m conntrack ! --ctorigsrc {} -j DROP"
+    head = "*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n"
+    with pytest.raises(NetfilterError, match="not an IPv4 address"):
+        load(head + rule.format("fd00::1") + "\nCOMMIT\n")
+    with pytest.raises(NetfilterError, match="not an IPv6 address"):
+        load(head + rule.format("10.0.0.2") + "\nCOMMIT\n", version=6)
+    saved = Netns(
+        make_node(), ManualClock(), ruleset=load(head + rule.format("10.0.0.2") + "\nCOMMIT\n")
+    ).save()
+    assert "! --ctorigsrc 10.0.0.2 -j DROP" in saved

@@ -3,8 +3,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
+from emulation.clock import ManualClock
+from emulation.netfilter import Netns
+from emulation.node import Interface, Node, Route
+from emulation.packet import Packet
 from tests.emulation.helpers import RNG, netns, pkt
 
 
@@ -138,3 +144,24 @@ def test_notrack_makes_the_packet_untracked() -> None:
     )
     out = netns(text).send(pkt(), RNG)
     assert (out.ctstate, out.dnat) == ("UNTRACKED", False)
+
+
+def test_masquerade_out_a_device_without_an_ipv4_address_takes_another_devices() -> None:
+    """inet_select_addr walks every device when the output one has no address (Calico's
+    cali* veths): the first universe-scope address, loopback's 127/8 excluded."""
+    node = Node(
+        interfaces=(
+            Interface(name="lo", addresses=("127.0.0.1/8",)),
+            Interface(name="eth0", addresses=("192.168.0.2/24",)),
+            Interface(name="cali1", addresses=()),
+        ),
+        routes=(
+            Route(destination="default", device="eth0", via="192.168.0.1"),
+            Route(destination="10.0.0.9/32", device="cali1"),
+        ),
+    )
+    ns = Netns(node, ManualClock())
+    ns.restore("*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o cali1 -j MASQUERADE\nCOMMIT\n")
+    out = ns.send(Packet(src="198.51.100.1", dst="10.0.0.9", sport=40000, dport=53, protocol="udp", in_interface="eth0"),
+                  random.Random(0))  # fmt: skip
+    assert (out.verdict, out.packet.src) == ("ACCEPT", "192.168.0.2")

@@ -1,15 +1,15 @@
 # ruff: noqa: E501  (iptables rules are long lines; they are kept whole to stay readable)
-"""Defects a fresh user found in session 3, each checked against the kernel by them first."""
+"""When conntrack entries are made and updated: the reply tuple of a new flow, the reply bit
+and the refresh of a packet dropped later, the confirmation of a packet of the node to itself."""
 
 from __future__ import annotations
 
 import random
 
 from emulation.clock import ManualClock
-from emulation.netfilter import Netns
-from emulation.node import Interface, Node, Route
+from emulation.netfilter import Netns, load
 from emulation.packet import Packet
-from tests.emulation.helpers import netns
+from tests.emulation.helpers import make_node, netns, pkt
 
 MASQ_AND_DROP_REPLIES = """*nat
 :POSTROUTING ACCEPT [0:0]
@@ -26,6 +26,37 @@ COMMIT
 
 def _pod(sport: int = 40000) -> Packet:
     return Packet(src="10.0.0.5", dst="198.51.100.1", sport=sport, dport=53, protocol="udp", in_interface="cni0", length=36)
+
+
+def test_the_reply_tuple_is_known_on_a_flows_first_packet() -> None:
+    """``--ctreplsrc`` matches the first packet (the kernel builds the reply tuple in the
+    conntrack hook), and after DNAT it is the new destination (nf_conntrack_alter_reply)."""
+    rules = """*mangle
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:FORWARD ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -m conntrack --ctreplsrc 8.8.8.8 -j MARK --or-mark 0x1
+-A FORWARD -m conntrack --ctreplsrc 10.0.1.9 --ctrepldst 10.0.1.5 -j MARK --or-mark 0x2
+COMMIT
+*nat
+:PREROUTING ACCEPT [0:0]
+:INPUT ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:POSTROUTING ACCEPT [0:0]
+-A PREROUTING -d 8.8.8.8/32 -p tcp -j DNAT --to-destination 10.0.1.9:80
+COMMIT
+"""
+    for cache in (True, False):
+        ns = Netns(make_node(), ManualClock(), ruleset=load(rules))
+        ns.cache_flows = cache
+        for sport in (1, 2, 3):
+            out = ns.send(
+                pkt(src="10.0.1.5", dst="8.8.8.8", sport=sport, dport=80, in_interface="cni0"),
+                random.Random(1),
+            )
+            assert out.packet.mark == 0x3, (cache, sport)
 
 
 def test_a_dropped_reply_still_marks_the_flow_replied() -> None:
@@ -90,51 +121,3 @@ COMMIT
               if line.startswith("[") and "-A" in line}  # fmt: skip
     assert counts["-A OUTPUT -p udp"] == "[1:60]"
     assert counts["-A POSTROUTING -p udp"] == "[1:60]"
-
-
-def test_masquerade_out_a_device_without_an_ipv4_address_takes_another_devices() -> None:
-    """inet_select_addr walks every device when the output one has no address (Calico's
-    cali* veths): the first universe-scope address, loopback's 127/8 excluded."""
-    node = Node(
-        interfaces=(
-            Interface(name="lo", addresses=("127.0.0.1/8",)),
-            Interface(name="eth0", addresses=("192.168.0.2/24",)),
-            Interface(name="cali1", addresses=()),
-        ),
-        routes=(
-            Route(destination="default", device="eth0", via="192.168.0.1"),
-            Route(destination="10.0.0.9/32", device="cali1"),
-        ),
-    )
-    ns = Netns(node, ManualClock())
-    ns.restore("*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o cali1 -j MASQUERADE\nCOMMIT\n")
-    out = ns.send(Packet(src="198.51.100.1", dst="10.0.0.9", sport=40000, dport=53, protocol="udp", in_interface="eth0"),
-                  random.Random(0))  # fmt: skip
-    assert (out.verdict, out.packet.src) == ("ACCEPT", "192.168.0.2")
-
-
-def test_enumerate_finds_a_free_port_when_one_exists() -> None:
-    """enumerate searches the whole range once (from offset 0): with ports 2000-2189 of
-    2000-2199 mapped, a flow from outside the range is accepted on 2190, as send() and the
-    kernel accept it (128 tries from offset 0, and the shrinking rounds after them, also from
-    0, would never leave 2000-2127)."""
-    ns = netns("*nat\n:POSTROUTING ACCEPT [0:0]\n-A POSTROUTING -o eth0 -p udp -j SNAT --to-source 192.168.0.2:2000-2199\nCOMMIT\n")
-    rng = random.Random(0)
-    for i in range(190):  # each keeps its own port (inside the range, free)
-        assert ns.send(_pod(2000 + i), rng).packet.sport == 2000 + i
-    outs = ns.enumerate(_pod(50000))
-    assert [(o.verdict, o.packet.sport) for _, o in outs] == [("ACCEPT", 2190)]
-    assert ns.send(_pod(50000), rng).packet.sport in range(2190, 2200)
-
-
-def test_martian_sources_are_dropped_at_input_routing() -> None:
-    """ip_route_input_slow refuses a multicast, limited-broadcast or 0.0.0.0/8 source (after
-    PREROUTING, whose rules still count the packet)."""
-    ns = netns("*nat\n:PREROUTING ACCEPT [0:0]\n-A PREROUTING -p tcp\nCOMMIT\n")
-    rng = random.Random(0)
-    for src in ("0.0.0.0", "0.1.2.3", "255.255.255.255", "224.0.0.5"):
-        out = ns.send(Packet(src=src, dst="192.168.0.2", sport=1, dport=80, in_interface="eth0"), rng)
-        assert (out.verdict, out.reason.split(" (")[0]) == ("DROP", "martian source"), src
-    assert "[4:240] -A PREROUTING -p tcp" in ns.save(counters=True)
-    ok = ns.send(Packet(src="203.0.113.1", dst="192.168.0.2", sport=1, dport=80, in_interface="eth0"), rng)
-    assert ok.verdict == "ACCEPT"

@@ -1,13 +1,14 @@
-"""Rules compiled for the indexed evaluator: closures in tuples, and an index per long chain.
+"""Rules compiled for the indexed walk: closures in tuples, and an index per long chain.
 
 Theory of operation: a :class:`CompiledChain` is built lazily, the first time a packet walks
-the chain without tracing, and cached on the immutable :class:`Chain` (a ``--noflush``
-restore keeps untouched chains, so it keeps their compiled form too). Each rule becomes a
-:data:`CRule` ``(uid, test, code, arg, deps)``: ``test`` runs the rule's matches in order as one
-closure (``None`` when every match always holds, e.g. only ``-m comment``), ``code`` says what
-the target does without a method call for the common ones (count only, jump, goto, a fixed
-verdict), ``arg`` is the chain name, the verdict or the target's ``apply``, and ``deps`` is
-what the matches read, for the flow cache (:func:`emulation.netfilter.flowcache.rule_deps`).
+the chain without tracing, and kept by the :class:`~emulation.netfilter.accel.Accelerator` in
+a side table keyed by the chain's identity (a ``--noflush`` restore keeps untouched chains, so
+it keeps their compiled form too). Each rule becomes a :class:`CRule` ``(uid, test, code, arg,
+deps)``: ``test`` runs the rule's matches in order as one closure (``None`` when every match
+always holds, e.g. only ``-m comment``), ``code`` says what the target does without a method
+call for the common ones (count only, jump, goto, a fixed verdict), ``arg`` is the chain name,
+the verdict or the target's ``apply``, and ``deps`` is what the matches read, for the flow
+cache (:func:`emulation.netfilter.accel.deps.rule_deps`).
 
 A chain of at least :data:`MIN_INDEXED` rules is indexed by the exact destination address
 (``-d IP/32``, a basic match) or, failing that, by the exact ``(protocol, dport)`` of a
@@ -23,10 +24,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
+from emulation.netfilter.accel.deps import Deps
 from emulation.netfilter.context import Ctx
-from emulation.netfilter.flowcache import Deps
 from emulation.netfilter.matches import (
     AddressMatch,
     AddrType,
@@ -39,10 +40,9 @@ from emulation.netfilter.matches import (
     Ports,
     Pred,
 )
-from emulation.netfilter.targets import Jump, Reject, Simple, Target, Verdict
-
-if TYPE_CHECKING:
-    from emulation.netfilter.rules import Rule
+from emulation.netfilter.rules import Rule
+from emulation.netfilter.targets import Jump, Reject, Simple, Target, TargetResult
+from emulation.netfilter.verdicts import RETURN, Verdict
 
 __all__ = [
     "APPLY",
@@ -54,14 +54,27 @@ __all__ = [
     "CRule",
     "ChainIndex",
     "CompiledChain",
+    "build_index",
     "compile_rule",
     "dispatch_keys",
     "target_code",
 ]
 
 COUNT, JUMP, GOTO, VERDICT, APPLY = range(5)
-#: ``(uid, test, code, arg, deps)``; see the module docstring.
-CRule = tuple[int, Pred | None, int, object, Deps]
+#: The fixed verdicts of Simple targets, as the walk returns them.
+_FIXED = {"ACCEPT": Verdict.ACCEPT, "DROP": Verdict.DROP, "RETURN": RETURN}
+
+
+class CRule(NamedTuple):
+    """A compiled rule; see the module docstring."""
+
+    uid: int
+    test: Pred | None
+    code: int
+    arg: object
+    deps: Deps
+
+
 DstKey = tuple[int, int]
 PortKey = tuple[str, int]
 
@@ -118,25 +131,27 @@ def target_code(target: Target | None) -> tuple[int, object]:
     if isinstance(target, Jump):
         return (GOTO if target.goto else JUMP), target.chain
     if isinstance(target, Simple):
-        if target.verdict in ("ACCEPT", "DROP", "RETURN"):
-            return VERDICT, target.verdict
+        fixed = _FIXED.get(target.verdict)
+        if fixed is not None:
+            return VERDICT, fixed
         if target.verdict in ("LOG", "NFLOG", "TRACE"):
             return COUNT, None
     if isinstance(target, Reject):
-        return VERDICT, "REJECT"
-    apply: Callable[[Ctx], Verdict] = target.apply
+        return VERDICT, Verdict.REJECT
+    apply: Callable[[Ctx], TargetResult] = target.apply
     return APPLY, apply
 
 
-def compile_rule(rule: Rule) -> CRule:
-    """The rule as ``(uid, test, code, arg, deps)``: the same matches, in the same order, as closures."""
+def compile_rule(rule: Rule, deps: Deps) -> CRule:
+    """The rule as ``(uid, test, code, arg, deps)``: the same matches, in the same order, as
+    closures; ``deps`` is what they read (:func:`~emulation.netfilter.accel.deps.rule_deps`)."""
     preds: list[Pred] = []
     for m in (*rule.basic, *rule.matches):
         p = m.compile(rule.uid)
         if p is not None:
             preds.append(p)
     code, arg = target_code(rule.target)
-    return rule.uid, _all_of(preds), code, arg, rule.deps()
+    return CRule(rule.uid, _all_of(preds), code, arg, deps)
 
 
 def dispatch_keys(rule: Rule) -> tuple[DstKey | None, PortKey | None]:
@@ -191,12 +206,18 @@ def build_index(rules: tuple[Rule, ...]) -> ChainIndex | None:
 
 
 class CompiledChain:
-    """A chain's rules compiled (lazily, rule by rule) and its index; see the module docstring."""
+    """A chain's rules compiled (lazily, rule by rule) and its index; see the module docstring.
 
-    __slots__ = ("_compiled", "_fallback", "_hot", "_rules", "index", "rules")
+    Args:
+        rules: the chain's rules.
+        deps_of: what a rule reads (the accelerator's cached :func:`rule_deps`).
+    """
 
-    def __init__(self, rules: tuple[Rule, ...]) -> None:
+    __slots__ = ("_compiled", "_deps_of", "_fallback", "_hot", "_rules", "index", "rules")
+
+    def __init__(self, rules: tuple[Rule, ...], deps_of: Callable[[Rule], Deps]) -> None:
         self._rules = rules
+        self._deps_of = deps_of
         self._compiled: list[CRule | None] = [None] * len(rules)
         self.index = build_index(rules)
         #: Every rule compiled, in order, when the chain has no index (else ``None``).
@@ -209,7 +230,8 @@ class CompiledChain:
         for i in positions:
             c = self._compiled[i]
             if c is None:
-                c = self._compiled[i] = compile_rule(self._rules[i])
+                rule = self._rules[i]
+                c = self._compiled[i] = compile_rule(rule, self._deps_of(rule))
             out.append(c)
         return tuple(out)
 
