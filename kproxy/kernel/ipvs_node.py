@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from emulation import Clock, Interface, Node, Packet
 from emulation.ipset import IpsetTable
 from emulation.ipvs import IpvsResult, IpvsTable, Sysctls
-from emulation.netfilter import Netns, Outcome, Ruleset, Table, TraceStep
+from emulation.netfilter import Delivery, Netns, Outcome, Ruleset, Table, TraceStep, Verdict
 
 __all__ = ["DUMMY_DEVICE", "IpvsNode", "IpvsStep", "ipvs_step"]
 
@@ -202,8 +202,8 @@ class IpvsNode:
                 return [(p, _join(first, step, o)) for p, o in walk("local-rest", first.packet)]
             return [(1.0, replace(first, trace=(*first.trace, step)))]
         if result.verdict in ("drop", "reject"):
-            verdict = "DROP" if result.verdict == "drop" else "REJECT"
-            return [(1.0, replace(first, verdict=verdict, delivery="none",
+            verdict = Verdict.DROP if result.verdict == "drop" else Verdict.REJECT
+            return [(1.0, replace(first, verdict=verdict, delivery=Delivery.NONE,
                                   reason=f"IPVS {hook}: {result.verdict}",
                                   trace=(*first.trace, step)))]
         assert result.real is not None
@@ -227,9 +227,10 @@ def _local_real_server(first: Outcome, step: TraceStep, ip: str, port: int) -> O
     trace = (*first.trace, step)
     packet = replace(first.packet, dst=ip, dport=port)
     if _is_loopback(ip):
-        return replace(first, verdict="DROP", delivery="none", packet=packet, trace=trace, dnat=True,
+        return replace(first, verdict=Verdict.DROP, delivery=Delivery.NONE, packet=packet, trace=trace,
+                       dnat=True,
                        reason="IPVS: stopping DNAT to loopback address (ip_vs_nat_xmit)")
-    return replace(first, verdict="ACCEPT", delivery="local", out_interface=None, packet=packet,
+    return replace(first, verdict=Verdict.ACCEPT, delivery=Delivery.LOCAL, out_interface=None, packet=packet,
                    trace=trace, dnat=True, reason="IPVS: real server on this node, delivered locally")
 
 
