@@ -88,11 +88,6 @@ class Packet:
         """4 or 6."""
         return parse_address(self.src)[0]
 
-    @property
-    def locally_generated(self) -> bool:
-        """True when the node itself sent the packet (no input interface)."""
-        return self.in_interface is None
-
     def reply(self) -> Packet:
         """The answer to this packet as its receiver would send it (addresses and ports swapped)."""
         return replace(

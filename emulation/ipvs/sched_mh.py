@@ -118,10 +118,6 @@ class MaglevHashing(TableScheduler):
                     i += 1
         self.table = table
 
-    def slot_of(self, version: int, addr: int, port: int = 0) -> int:
-        """The table slot a client maps to (``ip_vs_mh_get``'s hash)."""
-        return mh_hashkey(version, addr, port, HASH1, 0) % self.size
-
     def schedule(self, dests: Sequence[Dest], flags: int, pkt: SchedInput) -> Dest | None:
         """``ip_vs_mh_schedule`` with ``ip_vs_mh_get`` or ``ip_vs_mh_get_fallback``."""
         addr = pkt.daddr if pkt.inverse else pkt.saddr

@@ -54,10 +54,12 @@ an error for a DNATed flow, say, becomes the address the client spoke to. A RST 
 nat POSTROUTING walks its rules for the RST (``nf_nat_inet_fn``: ``IP_CT_RELATED_REPLY`` falls
 through to ``IP_CT_NEW``). NAT targets met there are counted but not applied.
 
-Its path, as ``ip_local_out`` sends it: raw OUTPUT, conntrack, mangle, filter and security OUTPUT,
-mangle POSTROUTING; an answer to the node itself then comes back over ``lo`` through raw and
-mangle PREROUTING and mangle, filter and security INPUT. It is counted by every rule it matches
-and may be dropped; that changes nothing for the refused packet.
+Its path, as ``ip_local_out`` sends it, runs the stages of the declared hook order
+(:data:`~emulation.netfilter.hooks.STAGES`): OUTPUT (raw, conntrack, mangle, nat, filter,
+security), POSTROUTING (mangle, nat); an answer to the node itself then comes back over ``lo``
+through PREROUTING (raw, conntrack, mangle, nat) and INPUT (mangle, filter, security, nat). At
+each nat stage the entry's translation above is applied instead of the nat chains. It is
+counted by every rule it matches and may be dropped; that changes nothing for the refused packet.
 
 Not modelled: the ICMP rate limits (per destination, ``icmp_ratelimit``: a burst of 6, then one
 a second; and the global ``icmp_msgs_per_sec``): every answer is sent, as on a node with

@@ -37,9 +37,9 @@ __all__ = ["ALL_BITS", "DPORT", "NOTHING", "SPORT", "Deps", "Prefix", "match_dep
 SPORT, DPORT = 1, 2
 #: ``(source bits, flags, source prefixes)`` a rule reads: the leading bits of the source it
 #: needs whatever the prefixes, the port flags, and the ``-s`` prefixes it compares the
-#: source with as ``(version, network, prefix length)`` (see :meth:`Recorder.rule`).
+#: source with as ``(version, network, prefix length)`` (see the recorder's ``rule``).
 #: ``None``: its result depends on state. Only numbers inside, so the garbage collector
-#: stops tracking these tuples (rules made after a load are not frozen; see Summary).
+#: stops tracking these tuples (rules made after a load are not frozen).
 Prefix = tuple[int, int, int]
 Deps = tuple[int, int, tuple[Prefix, ...]] | None
 ALL_BITS = 128  # "every bit of the source" for either family (clamped per family)
