@@ -13,7 +13,7 @@ from kproxy.modes.iptables.mode import IptablesMode
 from tests.conftest import require_kernel
 from tests.kernel.harness import Probe, topology
 from tests.kernel.netns import cleanup_stale, netns, sh
-from tests.unit.kernel.scenarios import EP_PORT, NODE_IP, PA, PB, POD_CLIENT
+from tests.scenarios import EP_PORT, NODE_IP, PA, PB, POD_CLIENT
 from tests.unit.modes.kube import endpoint_slice, ep, next_snapshot, service, snapshot_of
 
 pytestmark = pytest.mark.kernel

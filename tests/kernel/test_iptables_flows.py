@@ -2,7 +2,7 @@
 
 For each configuration of the masquerade matrix, kube-proxy's rules are loaded into the node
 namespace through :class:`~kproxy.kernel.LinuxNetfilter` (``iptables-restore --noflush`` plus the
-jump rules), every case of ``tests.unit.kernel.scenarios.CASES`` the kernel can carry is sent
+jump rules), every case of ``tests.scenarios.CASES`` the kernel can carry is sent
 from its namespace, and the answers are compared with the emulator's prediction for the same
 rules: the verdict (answered / connection refused / timeout), the set of endpoints that answered,
 and the client address each endpoint saw (masquerade).
@@ -18,7 +18,7 @@ import pytest
 from kproxy.modes.iptables import IptablesRenderer
 from tests.conftest import require_kernel
 from tests.kernel.harness import Answer, Probe, Topology, topology
-from tests.unit.kernel.scenarios import CASES, CONFIGS, NODE, SOURCES, Case, cluster, load_emulator, predict
+from tests.scenarios import CASES, CONFIGS, NODE, SOURCES, Case, cluster, load_emulator, predict
 from tests.unit.modes.kube import snapshot_of
 
 pytestmark = pytest.mark.kernel

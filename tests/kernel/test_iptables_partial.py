@@ -1,6 +1,6 @@
 """Partial syncs in a real namespace leave the same rules as one full sync (bounded Hypothesis).
 
-For each history of snapshots (``tests.unit.modes.test_partial_property.histories``), one
+For each history of snapshots (``tests.unit.modes.iptables.test_partial.histories``), one
 namespace is synced through :class:`~kproxy.modes.iptables.mode.IptablesMode` with a
 :class:`~kproxy.kernel.LinuxNetfilter` (full at start, partial after, ``iptables-restore
 --noflush``), another gets a single full sync of the last snapshot; their ``iptables-save``
@@ -20,7 +20,7 @@ from kproxy.modes.iptables import IptablesRenderer
 from kproxy.modes.iptables.mode import IptablesMode
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns
-from tests.unit.modes.test_partial_property import CONFIG, histories
+from tests.unit.modes.iptables.test_partial import CONFIG, histories
 
 pytestmark = pytest.mark.kernel
 

@@ -25,7 +25,7 @@ from kproxy.kernel.emulated import ensure_jumps
 from kproxy.modes.ipvs import JUMP_RULES, IpvsConfig, format_ipset_restore, render
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns, sh
-from tests.unit.kernel.scenarios import NODE, NODE_IP, cluster
+from tests.scenarios import NODE, NODE_IP, cluster
 from tests.unit.modes.kube import snapshot_of
 
 pytestmark = pytest.mark.kernel

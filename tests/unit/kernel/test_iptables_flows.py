@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from tests.unit.kernel.scenarios import CASES, CONFIGS, PA, REMOTE, Case, case_packet, load_emulator, predict
+from tests.scenarios import CASES, CONFIGS, PA, REMOTE, Case, case_packet, load_emulator, predict
 
 _NETNS = {name: load_emulator(config) for name, config in CONFIGS.items()}
 

@@ -2,7 +2,7 @@
 """Real kernel: the source port source NAT gives a new flow, packet by packet against the emulator.
 
 The namespaces are those of :func:`tests.kernel.harness.topology` (the emulator's node is its
-mirror, :func:`tests.unit.kernel.scenarios.node_model`): pods ``pa``, ``pb`` and ``pc`` behind
+mirror, :func:`tests.scenarios.node_model`): pods ``pa``, ``pb`` and ``pc`` behind
 the node, the "external" side ``n2`` on the node's ``eth1`` (192.168.0.3, and 10.180.1.1 on its
 ``lo`` as a second external address), and the external client on ``eth0``. A test loads one
 ``iptables-restore`` text into the node namespace and into an emulated
@@ -43,7 +43,7 @@ from emulation.netfilter import Netns, Outcome
 from tests.conftest import require_kernel
 from tests.kernel.harness import Topology, netns_socket, topology
 from tests.kernel.netns import sh
-from tests.unit.kernel.scenarios import EXTERNAL, NODE2_IP, NODE_IP, PA, PB, POD_CLIENT, REMOTE, node_model
+from tests.scenarios import EXTERNAL, NODE2_IP, NODE_IP, PA, PB, POD_CLIENT, REMOTE, node_model
 
 pytestmark = pytest.mark.kernel
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from kproxy.model import Snapshot
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, render_full, render_partial
 from tests.unit.modes.kube import TEST_NODE, endpoint_slice, ep, next_snapshot, port, service, snapshot_of
-from tests.unit.modes.restore import apply_noflush
+from tests.unit.modes.iptables.restore import apply_noflush
 
 # A tiny threshold so that histories cross kube-proxy's large-cluster mode both ways.
 CONFIG = IptablesConfig(node_ips=("192.168.0.2",), cluster_cidr=("10.0.0.0/8",), large_cluster_threshold=4)
