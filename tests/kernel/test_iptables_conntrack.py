@@ -9,7 +9,7 @@ import pytest
 
 from kproxy.kernel.conntrack import stale_conntrack_filters
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
-from kproxy.modes.iptables.mode import IptablesMode
+from kproxy.modes.iptables.mode import IptablesMode, program
 from tests.conftest import require_kernel
 from tests.kernel.harness import Probe, topology
 from tests.kernel.netns import cleanup_stale, netns, sh
@@ -43,7 +43,7 @@ def test_udp_flow_moves_to_the_new_endpoint_only_with_the_cleanup() -> None:
         asyncio.run(mode.apply(first))
         assert where() == f"{PA}:{EP_PORT}"
         # Without the cleanup the entry keeps DNATing to the removed endpoint.
-        asyncio.run(kernel.apply(IptablesRenderer(CONFIG).render(second, full=True)))
+        asyncio.run(program(kernel, IptablesRenderer(CONFIG).render(second, full=True)))
         assert where() == f"{PA}:{EP_PORT}"
         # With it (through the mode, after a successful sync) the flow moves.
         asyncio.run(mode.apply(second))

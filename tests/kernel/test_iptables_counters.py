@@ -19,6 +19,7 @@ import pytest
 from emulation import Packet
 from emulation.netfilter import Netns
 from kproxy.modes.iptables import IptablesRenderer
+from kproxy.modes.iptables.mode import program
 from tests.conftest import require_kernel
 from tests.kernel.harness import (
     PROBE_BYTES,
@@ -90,7 +91,7 @@ def _run(node: Topology) -> tuple[dict[Key, tuple[int, int]], dict[Key, tuple[in
     """Send :data:`FLOWS` for real and in the emulator: (kernel, emulator, unstable keys)."""
     config = CONFIGS["detect"]
     result = IptablesRenderer(config).render(snapshot_of(cluster(), hostname=NODE), full=True)
-    asyncio.run(node.kernel.apply(result))
+    asyncio.run(program(node.kernel, result))
     answers = node.probe(
         [
             Probe(ns=_NS[k], src=src, dst=dst, port=port, proto="udp", count=n, sport=sport, timeout_s=2.0)

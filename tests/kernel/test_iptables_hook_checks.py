@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (iptables rules and test names are kept whole to stay readable)
 """The hook check: a target reachable from a hook it is not usable from is refused, on the
 emulator and by the real ``iptables-restore``; and ``-m icmp`` / ``-m icmp6`` need their protocol,
 and ``-p`` saves as ``iptables-save`` prints it.

@@ -50,7 +50,7 @@ from kproxy.kernel import EmulatedNetfilter
 from kproxy.model import Snapshot
 from kproxy.model.names import IPFamily
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
-from kproxy.modes.iptables.mode import load_now
+from kproxy.modes.iptables.mode import load_now, program
 from tests.conftest import require_kernel
 from tests.kernel.harness import V6, Answer, Probe, Topology, endpoint_name, topology6
 from tests.scenarios import EP_PORT, HEALTH_PORT
@@ -319,7 +319,7 @@ def test_kernel_agrees_with_the_emulator_ipv6(node6: Topology, config: str) -> N
     for the retransmitted SYN, handled from the timer, aborts the connect with ECONNREFUSED.
     The same IPv4 connect is refused at once on the test kernel. Hence :data:`TCP_TIMEOUT_S`.
     """
-    asyncio.run(node6.kernel.apply(IptablesRenderer(CONFIGS[config]).render(_snapshot(), full=True)))
+    asyncio.run(program(node6.kernel, IptablesRenderer(CONFIGS[config]).render(_snapshot(), full=True)))
     emulator = load_emulator6(CONFIGS[config])
     answers = node6.probe([_probe(c) for c in CASES])
     problems = [p for c, got in zip(CASES, answers, strict=True)

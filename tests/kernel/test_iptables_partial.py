@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from kproxy.kernel import LinuxNetfilter
 from kproxy.model import Snapshot
 from kproxy.modes.iptables import IptablesRenderer
-from kproxy.modes.iptables.mode import IptablesMode
+from kproxy.modes.iptables.mode import IptablesMode, program
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns
 from tests.unit.modes.iptables.test_partial import CONFIG, histories
@@ -50,7 +50,7 @@ async def _partial(ns: str, history: list[Snapshot]) -> str:
 
 async def _full(ns: str, snapshot: Snapshot) -> str:
     kernel = LinuxNetfilter(netns=ns)
-    await kernel.apply(IptablesRenderer(CONFIG).render(snapshot, full=True))
+    await program(kernel, IptablesRenderer(CONFIG).render(snapshot, full=True))
     return await kernel.save()
 
 

@@ -57,6 +57,7 @@ from emulation import Packet
 from emulation.netfilter import Netns, Outcome
 from emulation.packet import Protocol
 from kproxy.modes.iptables import IptablesRenderer
+from kproxy.modes.iptables.mode import program
 from tests.conftest import require_kernel
 from tests.kernel.harness import (
     PROBE_BYTES,
@@ -212,7 +213,7 @@ def kernel_run() -> Iterator[KernelRun]:
     require_kernel("iptables-restore", "iptables-save", "iptables")
     with topology() as node:
         result = IptablesRenderer(CONFIGS["detect"]).render(snapshot_of(_docs(), hostname=NODE), full=True)
-        asyncio.run(node.kernel.apply(result))
+        asyncio.run(program(node.kernel, result))
         answers = node.probe([
             Probe(ns=_NS[f.source], src=_SRC[f.source], dst=f.dst, port=f.port, proto=f.proto, count=f.count,
                   sport=f.sport, timeout_s=ANSWER_TIMEOUT_S if f.verdict == "ACCEPT" else SHORT_TIMEOUT_S)

@@ -71,6 +71,7 @@ import pytest
 from emulation import ManualClock
 from emulation.netfilter import Netns
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, RenderResult
+from kproxy.modes.iptables.mode import program
 from tests.conftest import require_kernel
 from tests.kernel.harness import Topology, netns_socket, topology
 from tests.kernel.netns import sh
@@ -524,7 +525,7 @@ def test_kernel_agrees_with_the_emulator_sctp(wire: Wire, config: str) -> None:
     endpoints reached (pod and DNATed port) are exactly those the emulator gives a positive
     probability, each saw the source address the emulator predicts, and every packet a pod
     received had a valid CRC32c (rewritten by NAT)."""
-    asyncio.run(wire.topo.kernel.apply(_render(CONFIGS[config])))
+    asyncio.run(program(wire.topo.kernel, _render(CONFIGS[config])))
     emulator = load_emulator(CONFIGS[config], sctp_cluster())
     plans = []
     for case in CASES:
@@ -543,7 +544,7 @@ def test_kernel_drops_a_bad_checksum(wire: Wire) -> None:
     are INVALID, never DNATed, and ``KUBE-FORWARD`` drops them: no pod gets them, no ICMP comes
     back. The good ones reach an endpoint, so the test's CRC32c is the kernel's. (The emulator
     does not model checksums; nothing is compared with it here.)"""
-    asyncio.run(wire.topo.kernel.apply(_render(CONFIGS["detect"])))
+    asyncio.run(program(wire.topo.kernel, _render(CONFIGS["detect"])))
     case = BY_NAME["clusterip-from-pod"]
     good, bad = wire.attempts(case, 4), wire.attempts(case, 4, corrupt=True)
     fates = wire.run(good + bad)
@@ -578,7 +579,7 @@ def test_unreplied_init_conntrack_timeout(wire: Wire) -> None:
     """
     require_kernel("conntrack")
     config = CONFIGS["detect"]
-    asyncio.run(wire.topo.kernel.apply(_render(config)))
+    asyncio.run(program(wire.topo.kernel, _render(config)))
     case = BY_NAME["clusterip-from-pod"]
     (attempt,) = wire.attempts(case, 1)
     emulator = load_emulator(config, sctp_cluster())
