@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns, sh
-from tests.unit.kernel.scenarios import NODE, cluster
+from tests.scenarios import NODE, cluster
 
 _DEADLINE_S = 20.0
 
