@@ -1,7 +1,9 @@
 """Sources of Service and EndpointSlice events: the Source interface, manifests and memory.
 
-A future ``kube`` source (list + watch through kubernetes-asyncio) implements the same
-:class:`Source` protocol, using :func:`diff_objects` after a relist.
+The ``kube`` source (list + watch through kubernetes-asyncio, :mod:`kproxy.sources.kube`)
+implements the same :class:`Source` protocol; its reflector uses :func:`diff_objects` after a
+relist. It is imported from its module, not here, so that this package loads without
+kubernetes-asyncio.
 """
 
 from kproxy.sources.base import (

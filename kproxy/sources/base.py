@@ -8,8 +8,8 @@ EndpointSlices are synced. A source's ``run`` therefore calls ``synced()`` once 
 state has been emitted.
 
 :func:`object_key` and :func:`diff_objects` are the pure helpers every source uses to turn
-"the objects I see now" into events (the manifests source on a reload, a future ``kube``
-source on a relist after its watch expired).
+"the objects I see now" into events (the manifests source on a reload, the ``kube`` source's
+reflector on a relist after its watch expired, as client-go's ``Reflector`` replaces its store).
 """
 
 from __future__ import annotations

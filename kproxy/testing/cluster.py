@@ -342,14 +342,6 @@ class Cluster:
         names = ", ".join(f"{s.namespace}/{s.name}" for s in self.services)
         return f"Cluster(services=[{names}], slices={len(self.slices)}, node={self.node.hostname!r})"
 
-    def service_addresses(self, family: IPFamily) -> frozenset[str]:
-        """Every ClusterIP, external IP and load-balancer IP of ``family`` the node proxies."""
-        out: set[str] = set()
-        for info in self.snapshot:
-            if info.family is family:
-                out.update((info.cluster_ip, *info.external_ips, *info.load_balancer_ips))
-        return frozenset(out)
-
     def endpoint_addresses(self) -> frozenset[str]:
         """Every endpoint ``ip:port`` of every proxied service port."""
         return frozenset(ep.address for info in self.snapshot for ep in info.endpoints)

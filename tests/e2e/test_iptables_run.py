@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import selectors
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns, sh
-from tests.unit.kernel.scenarios import NODE, cluster
+from tests.scenarios import NODE, cluster
 
 _DEADLINE_S = 20.0
 
@@ -45,10 +46,26 @@ def test_run_with_the_emulated_kernel_syncs_and_stops_cleanly(tmp_path: Path) ->
     manifests = tmp_path / "cluster.json"
     _write(manifests, cluster())
     proc = _start([], manifests, "emulated")
-    time.sleep(2.0)
+    seen = _read_until(proc, "iptables synced")
     code, err = _stop(proc)
-    assert code == 0, err
-    assert "iptables synced" in err
+    assert code == 0, seen + err
+    assert "iptables synced" in seen
+
+
+def _read_until(proc: subprocess.Popen[str], wanted: str) -> str:
+    """stderr of ``proc`` up to the line holding ``wanted`` (or all there is by the deadline)."""
+    assert proc.stderr is not None
+    seen: list[str] = []
+    deadline = time.monotonic() + _DEADLINE_S
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        while time.monotonic() < deadline and not any(wanted in line for line in seen):
+            if sel.select(timeout=deadline - time.monotonic()):
+                line = proc.stderr.readline()
+                if not line:
+                    break
+                seen.append(line)
+    return "".join(seen)
 
 
 @pytest.mark.kernel

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tests.unit.kernel.scenarios import NODE, cluster
+from tests.scenarios import NODE, cluster
 
 _DEADLINE_S = 20.0
 

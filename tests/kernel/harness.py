@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (long command lines and test names are kept whole to stay readable)
 """A real node in network namespaces, for checking the emulator against the kernel.
 
-Builds the topology of :mod:`tests.unit.kernel.scenarios` (a node namespace, pods on it, a second
+Builds the topology of :mod:`tests.scenarios` (a node namespace, pods on it, a second
 node holding a pod "elsewhere", an external client), joined by veth pairs; sets the sysctls
 kube-proxy needs in the node (``route_localnet``, ``ip_forward``, no ICMP rate limit, relaxed
 ``rp_filter``); starts a TCP+UDP identity server in each pod (it answers with its endpoint and the
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from kproxy.kernel import LinuxNetfilter
 from kproxy.model.names import IPFamily
 from tests.kernel.netns import cleanup_stale, netns, sh
-from tests.unit.kernel.scenarios import (
+from tests.scenarios import (
     BLOCKED,
     CLIENT_GW,
     EP_PORT,

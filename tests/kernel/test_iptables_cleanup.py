@@ -11,7 +11,7 @@ from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, program
 from kproxy.modes.iptables.cleanup import cleanup
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns, sh
-from tests.unit.kernel.scenarios import NODE, cluster
+from tests.scenarios import NODE, cluster
 from tests.unit.modes.kube import snapshot_of
 
 pytestmark = pytest.mark.kernel

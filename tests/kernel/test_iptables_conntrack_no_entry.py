@@ -1,11 +1,17 @@
 # ruff: noqa: E501  (iptables rules are long lines; they are kept whole to stay readable)
-"""``-m conntrack`` on packets without a conntrack entry: Linux's counters equal the emulator's.
+"""``-m conntrack`` on packets without a conntrack entry (INVALID, UNTRACKED) and with one,
+on the emulated kernel and on Linux: each rule counts exactly the packets ``conntrack_mt`` holds for.
 
-Two namespaces made here, joined by a veth pair named ``eth0`` on both sides: a node
+The kernel's match is ``conntrack_mt`` (net/netfilter/xt_conntrack.c): it looks at
+``--ctstate`` first (INVALID when ``nf_ct_get`` gave no entry, UNTRACKED after
+``CT --notrack``), and then, with no entry, returns ``info->match_flags & XT_CONNTRACK_STATE``:
+without an entry only ``--ctstate`` counts, every other option, negated or not, is skipped.
+:data:`CASES` says, per option set, whether it holds for each kind of packet.
+
+On Linux: two namespaces made here, joined by a veth pair named ``eth0`` on both sides: a node
 (192.168.0.2/24, default route via 192.168.0.1, ``nf_conntrack_tcp_loose=0``) and a client
-(192.168.0.1/24, and 203.0.113.2/32 to send from), the addresses of
-:func:`tests.emulation.helpers.make_node` and of the packets of
-:mod:`tests.emulation.test_conntrack_match_no_entry`. The client sends, from 203.0.113.2:
+(192.168.0.1/24, and 203.0.113.2/32 to send from); the emulator's node is
+:func:`node_model`. The client sends, from 203.0.113.2:
 
 - a UDP datagram to port 9001, which the node's raw PREROUTING makes UNTRACKED (``CT --notrack``);
 - a TCP ACK to port 9002 with no entry, written on a raw socket: with ``tcp_loose`` off
@@ -13,14 +19,14 @@ Two namespaces made here, joined by a veth pair named ``eth0`` on both sides: a 
 - a UDP datagram to port 9003 that a server on the node echoes: NEW with an entry on the way
   in, ESTABLISHED in the REPLY direction on the way out.
 
-The node counts them with ``-m conntrack`` rules for every case of that module's table
-(:data:`~tests.emulation.test_conntrack_match_no_entry.CASES`) in mangle PREROUTING and filter
-INPUT, plus raw PREROUTING and raw OUTPUT rules (before conntrack: no entry yet) and mangle
-OUTPUT rules for the echo; filter INPUT finally drops 9001 and 9002 (so the node answers
-neither with an ICMP error nor a RST). Checked: every rule line of ``iptables-save -c`` (text
-and counters) equals the emulator's ``save(counters=True)`` after the same packets, and the
-kernel's counts are those the table says ``conntrack_mt`` gives. Also: ``iptables-restore``
-refuses ``! --ctdir`` and a conntrack match without options, as the emulator does.
+The emulator gets the same packets in the same order. The node counts them with
+``-m conntrack`` rules for every case of :data:`CASES` in mangle PREROUTING and filter INPUT,
+plus raw PREROUTING and raw OUTPUT rules (before conntrack: no entry yet) and mangle OUTPUT
+rules for the echo; filter INPUT finally drops 9001 and 9002 (so the node answers neither with
+an ICMP error nor a RST). Checked on each executor: the counts of ``iptables-save -c`` are
+those the table says ``conntrack_mt`` gives; on Linux, every rule line (text and counters)
+also equals the emulator's ``save(counters=True)``. And ``! --ctdir`` and a conntrack match
+without options are refused by both.
 
 Only traffic between these two namespaces is sent; both are deleted afterwards.
 """
@@ -35,22 +41,91 @@ import sys
 import textwrap
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
 import pytest
 
 from emulation.clock import ManualClock
-from emulation.errors import NetfilterError
 from emulation.netfilter import Netns, load
+from emulation.node import Interface, Node, Route
 from emulation.packet import Packet
-from tests.conftest import require_kernel
-from tests.emulation.helpers import NODE_IP, make_node
-from tests.emulation.test_conntrack_match_no_entry import CASES, CLIENT, KINDS, PACKETS
+from tests.kernel.conftest import Executor
 from tests.kernel.harness import parse_counters
 from tests.kernel.netns import cleanup_stale, netns, sh
+from tests.kernel.restore import Restorer
 
-pytestmark = pytest.mark.kernel
+KERNEL_TOOLS = ("iptables-restore", "iptables-save", "sysctl")
+
+NODE_IP = "192.168.0.2"
+CLIENT = "203.0.113.2"
+
+
+def node_model() -> Node:
+    """The node as the emulator sees it: ``eth0`` 192.168.0.2/24, default route via 192.168.0.1,
+    ``nf_conntrack_tcp_loose`` off."""
+    return Node(
+        interfaces=(Interface(name="eth0", addresses=(f"{NODE_IP}/24",)),),
+        routes=(Route(destination="default", device="eth0", via="192.168.0.1"),),
+        tcp_loose=False,
+    )
+
+
+def _from_client(**kw: object) -> Packet:
+    return Packet(src=CLIENT, dst=NODE_IP, in_interface="eth0", **kw)  # type: ignore[arg-type]
+
+
+#: The three packets, by kind: no entry (INVALID, UNTRACKED) and a new flow's (an entry).
+PACKETS: dict[str, Packet] = {
+    "invalid": _from_client(protocol="tcp", sport=40002, dport=9002, syn=False, length=40),
+    "untracked": _from_client(protocol="udp", sport=40001, dport=9001, length=44),
+    "entry": _from_client(protocol="udp", sport=40003, dport=9003, length=44),
+}
+
+# fmt: off
+#: ``(options, matches INVALID, matches UNTRACKED, matches the new flow's packet)``: what
+#: ``conntrack_mt`` returns. The new flow's entry: original (203.0.113.2, 40003 -> 192.168.0.2,
+#: 9003), reply (192.168.0.2, 9003 -> 203.0.113.2, 40003), no NAT, direction ORIGINAL.
+CASES: list[tuple[str, bool, bool, bool]] = [
+    # --ctstate alone: the state bit, whether or not there is an entry.
+    ("--ctstate INVALID", True, False, False),
+    ("--ctstate UNTRACKED", False, True, False),
+    ("--ctstate INVALID,UNTRACKED", True, True, False),
+    ("! --ctstate INVALID", False, True, True),
+    ("! --ctstate NEW", True, True, False),
+    # SNAT/DNAT bits come from ct->status, only "if (ct != NULL)".
+    ("--ctstate SNAT,DNAT", False, False, False),
+    ("! --ctstate SNAT,DNAT", True, True, True),
+    # Without --ctstate, "if (ct == NULL) return info->match_flags & XT_CONNTRACK_STATE": false.
+    ("--ctdir ORIGINAL", False, False, True),
+    ("--ctdir REPLY", False, False, False),
+    ("--ctorigsrc 203.0.113.2", False, False, True),
+    ("! --ctorigsrc 203.0.113.2", False, False, False),
+    ("! --ctorigsrc 10.0.0.0/8", False, False, True),
+    ("--ctorigdst 192.168.0.2", False, False, True),
+    ("! --ctorigdst 10.0.0.0/8", False, False, True),
+    ("--ctreplsrc 192.168.0.2", False, False, True),
+    ("! --ctreplsrc 10.0.0.0/8", False, False, True),
+    ("--ctrepldst 203.0.113.2", False, False, True),
+    ("! --ctrepldst 10.0.0.0/8", False, False, True),
+    ("--ctorigsrcport 40000:40010", False, False, True),
+    ("! --ctorigsrcport 1", False, False, True),
+    ("--ctorigdstport 9000:9010", False, False, True),
+    ("! --ctorigdstport 1:1000", False, False, True),
+    ("--ctreplsrcport 9003", False, False, True),
+    ("! --ctreplsrcport 1", False, False, True),
+    ("--ctrepldstport 40003", False, False, True),
+    ("! --ctrepldstport 1", False, False, True),
+    # With --ctstate holding and no entry, the rest is skipped: these hold, negated or not.
+    ("--ctstate INVALID,UNTRACKED --ctdir REPLY", True, True, False),
+    ("--ctstate INVALID,UNTRACKED --ctorigsrc 10.9.9.9", True, True, False),
+    ("--ctstate INVALID,UNTRACKED,NEW ! --ctorigsrc 203.0.113.2", True, True, False),
+    ("! --ctstate ESTABLISHED --ctorigdstport 1 --ctdir REPLY", True, True, False),
+    ("--ctstate NEW --ctdir ORIGINAL --ctorigdstport 9003", False, False, True),
+]
+# fmt: on
+KINDS = ("invalid", "untracked", "entry")
+
 
 GATEWAY = "192.168.0.1"
 PAYLOAD = b"x" * 16  # 20 + 8 + 16 = 44 bytes, the length of the emulated UDP packets
@@ -171,9 +246,9 @@ def _restore(ns: str, text: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.fixture
-def pair() -> Iterator[Pair]:
-    require_kernel("iptables-restore", "iptables-save", "sysctl")
+@contextmanager
+def _pair() -> Iterator[Pair]:
+    """The node and client namespaces, linked (deleted after)."""
     cleanup_stale()
     with ExitStack() as stack:
         node, client = stack.enter_context(netns("ctnode")), stack.enter_context(netns("ctclient"))
@@ -232,7 +307,7 @@ def _kernel_counters(pair: Pair) -> str:
 
 def _emulate() -> Netns:
     """The emulator after the same packets, in the same order."""
-    ns = Netns(replace(make_node(), tcp_loose=False), ManualClock())
+    ns = Netns(node_model(), ManualClock())
     ns.restore(rules())
     for kind in ("untracked", "invalid", "entry"):
         ns.send(PACKETS[kind], random.Random(1))
@@ -241,12 +316,8 @@ def _emulate() -> Netns:
     return ns
 
 
-def _rule_lines(save: str) -> list[str]:
-    return [line for line in save.splitlines() if line.startswith(("[", "*"))]
-
-
-def test_kernel_counts_packets_without_an_entry_as_the_emulator(pair: Pair) -> None:
-    """Every rule line of ``iptables-save -c`` equals the emulator's, and the counts are the table's."""
+def _linux(pair: Pair) -> str:
+    """The node's ``iptables-save -c`` after the client sent the packets for real."""
     loaded = _restore(pair.node, rules())
     assert loaded.returncode == 0, loaded.stderr
     sh("ip", "netns", "exec", pair.node, "sysctl", "-q", "-w", "net.netfilter.nf_conntrack_tcp_loose=0")
@@ -257,11 +328,26 @@ def test_kernel_counts_packets_without_an_entry_as_the_emulator(pair: Pair) -> N
                               capture_output=True, text=True, timeout=30)  # fmt: skip
         assert sent.returncode == 0, sent.stderr
         server.wait(timeout=10)
-    real = _kernel_counters(pair)
-    emulated = _emulate().save(counters=True)
-    assert _rule_lines(emulated) == _rule_lines(real)
+    return _kernel_counters(pair)
 
-    counters = parse_counters(real)
+
+@pytest.fixture(scope="module")
+def counted(executor: Executor) -> Iterator[str]:
+    """``iptables-save -c`` of the node after the packets, on the executor."""
+    if executor is Executor.EMULATED:
+        yield _emulate().save(counters=True)
+        return
+    with _pair() as pair:
+        yield _linux(pair)
+
+
+def _rule_lines(save: str) -> list[str]:
+    return [line for line in save.splitlines() if line.startswith(("[", "*"))]
+
+
+def test_each_rule_counts_what_conntrack_mt_holds_for(counted: str) -> None:
+    """The per-case rules of mangle PREROUTING and filter INPUT, and the raw and OUTPUT rules, count the table's packets."""
+    counters = parse_counters(counted)
     want = {k: [c[1 + KINDS.index(k)] for c in CASES] for k in KINDS}
     for chain in (("mangle", "PREROUTING"), ("filter", "INPUT")):
         got = {
@@ -276,17 +362,25 @@ def test_kernel_counts_packets_without_an_entry_as_the_emulator(pair: Pair) -> N
     # UNTRACKED at once for 9001 (xt_ct_target), still INVALID for the rest.
     assert after == [int(k == "untracked") for k in KINDS] + [int(k != "untracked") for k in KINDS]
     assert [counters[("raw", "OUTPUT", 1 + i)][0] for i in range(len(RAW_OUT))] == [n for _, n in RAW_OUT]
-    assert [counters[("mangle", "OUTPUT", 1 + i)][0] for i in range(len(MANGLE_OUT))] == [
-        n for _, n in MANGLE_OUT
-    ]
+    assert [counters[("mangle", "OUTPUT", 1 + i)][0] for i in range(len(MANGLE_OUT))] == [n for _, n in MANGLE_OUT]
+
+
+def test_kernel_save_lines_equal_the_emulators(executor: Executor, counted: str) -> None:
+    """Every rule line of the kernel's ``iptables-save -c`` (text and counters) equals the emulator's (Linux only)."""
+    if executor is not Executor.LINUX:
+        pytest.skip("compares the real kernel's save with the emulator's")
+    assert _rule_lines(_emulate().save(counters=True)) == _rule_lines(counted)
 
 
 @pytest.mark.parametrize(("rule", "message"), [("-m conntrack ! --ctdir REPLY", 'option "--ctdir" cannot be inverted'),
                                                ("-m conntrack", "At least one option is required")])  # fmt: skip
-def test_iptables_restore_refuses_what_the_emulator_refuses(pair: Pair, rule: str, message: str) -> None:
-    """``! --ctdir`` and a bare ``-m conntrack`` fail iptables-restore, and the emulator's load."""
+def test_iptables_refuses_what_it_cannot_express(
+    executor: Executor, restorers: list[Restorer], rule: str, message: str
+) -> None:
+    """``! --ctdir`` (no ``XTOPT_INVERT``) and a bare ``-m conntrack`` (``conntrack_mt_check``) do not load."""
     text = f"*filter\n:INPUT ACCEPT [0:0]\n:FORWARD ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n-A INPUT {rule}\nCOMMIT\n"
-    refused = _restore(pair.node, text)
-    assert refused.returncode != 0 and message in refused.stderr, refused.stderr
-    with pytest.raises(NetfilterError):
-        load(text)
+    for restorer in restorers:
+        got = restorer.restore(text, version=4)
+        assert not got.loaded, restorer.name
+        if restorer.name == "linux":
+            assert message in got.error, got.error

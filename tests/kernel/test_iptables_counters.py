@@ -30,7 +30,7 @@ from tests.kernel.harness import (
     parse_counters,
     topology,
 )
-from tests.unit.kernel.scenarios import (
+from tests.scenarios import (
     CONFIGS,
     EXTERNAL,
     IN_INTERFACE,

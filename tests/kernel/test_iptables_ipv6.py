@@ -53,7 +53,7 @@ from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
 from kproxy.modes.iptables.mode import load_now, program
 from tests.conftest import require_kernel
 from tests.kernel.harness import V6, Answer, Probe, Topology, endpoint_name, topology6
-from tests.unit.kernel.scenarios import EP_PORT, HEALTH_PORT
+from tests.scenarios import EP_PORT, HEALTH_PORT
 from tests.unit.modes.kube import endpoint_slice, ep, port, service, snapshot_of
 
 pytestmark = pytest.mark.kernel

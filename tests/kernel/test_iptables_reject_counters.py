@@ -69,7 +69,7 @@ from tests.kernel.harness import (
     topology,
 )
 from tests.kernel.netns import sh
-from tests.unit.kernel.scenarios import (
+from tests.scenarios import (
     BLOCKED,
     CONFIGS,
     EP_PORT,

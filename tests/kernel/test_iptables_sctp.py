@@ -38,7 +38,7 @@ and ``raw_sendmsg`` passes it on). NAT rewrites the ports and recomputes the CRC
 carry a valid checksum; that is checked too.
 
 Compared with the emulator, for each case under each configuration of the masquerade matrix
-(``detect``, ``nodetect``, ``masqall`` of ``tests/unit/kernel/scenarios.py``, on the same
+(``detect``, ``nodetect``, ``masqall`` of ``tests/scenarios.py``, on the same
 node): the emulator enumerates the same packet (protocol ``sctp``) and must give the kernel's
 verdict (ACCEPT: a pod got it; REJECT: an ICMP port unreachable came back and no pod got it;
 DROP: neither), the same endpoints (each endpoint of positive probability was reached within
@@ -75,7 +75,7 @@ from kproxy.modes.iptables.mode import program
 from tests.conftest import require_kernel
 from tests.kernel.harness import Topology, netns_socket, topology
 from tests.kernel.netns import sh
-from tests.unit.kernel.scenarios import (
+from tests.scenarios import (
     ALL,
     CLIENT_GW,
     CONFIGS,

@@ -13,6 +13,7 @@ is left out of both; ``kube-ipvs0`` and ``eth1`` are veth devices (no dummy driv
 
 from __future__ import annotations
 
+import asyncio
 import random
 import subprocess
 
@@ -21,12 +22,12 @@ import pytest
 from emulation import Interface, ManualClock, Node, Packet, Route
 from emulation.ipset import load_save
 from emulation.netfilter import Netns, Ruleset, apply_restore, load
-from kproxy.kernel import EmulatedNetfilter, run_now
-from kproxy.modes.iptables import ensure_jumps
+from kproxy.kernel import EmulatedNetfilter
+from kproxy.modes.iptables.mode import ensure_jumps
 from kproxy.modes.ipvs import JUMP_RULES, IpvsConfig, format_ipset_restore, render
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns, sh
-from tests.unit.kernel.scenarios import NODE, NODE_IP, cluster
+from tests.scenarios import NODE, NODE_IP, cluster
 from tests.unit.modes.kube import snapshot_of
 
 pytestmark = pytest.mark.kernel
@@ -92,9 +93,9 @@ def test_ipset_test_and_set_rule_counters_agree_with_the_emulator() -> None:
     emulated = Netns(_node(bound), ManualClock(), ruleset=Ruleset(4))
     tables = load_save(sets_text, exist=True)
     emulated.set_lookup = tables.lookup
-    jumped = EmulatedNetfilter(Netns(_node(bound), ManualClock(), ruleset=Ruleset(4)))
-    run_now(ensure_jumps(jumped, JUMP_RULES))
-    ruleset = apply_restore(jumped.netns.ruleset, rules_text, noflush=True)
+    jumps = EmulatedNetfilter(Netns(_node(bound), ManualClock(), ruleset=Ruleset(4)))
+    asyncio.run(ensure_jumps(jumps, JUMP_RULES))
+    ruleset = apply_restore(jumps.netns.ruleset, rules_text, noflush=True)
     emulated.ruleset = load(ruleset_text := _save(ruleset), version=4)
     with netns("ipvs") as ns:
         for dev in ("eth1", "kube-ipvs0"):  # veth pairs: this kernel has no dummy driver

@@ -22,7 +22,7 @@ from kproxy.cli.main import main
 from kproxy.config import load_configuration
 from kproxy.config.goparse import CsvError, parse_cidr_sloppy, read_csv_record
 from kproxy.errors import ConfigError
-from tests.unit.kernel.scenarios import NODE, NODE_IP, cluster
+from tests.scenarios import NODE, NODE_IP, cluster
 
 ROOT = Path(__file__).resolve().parents[3]
 DUMP = ROOT / "tests" / "emulation" / "data" / "node-dump.iptables-save"

@@ -10,7 +10,7 @@ import pytest
 
 from kproxy.cli.main import main
 from kproxy.cli.render import IPVS_SECTION_PREFIX
-from tests.unit.kernel.scenarios import NODE, NODE_IP, cluster
+from tests.scenarios import NODE, NODE_IP, cluster
 
 FLAGS = ["--hostname-override", NODE, "--node-ip", NODE_IP, "--cluster-cidr", "10.0.0.0/8"]
 

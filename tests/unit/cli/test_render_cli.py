@@ -10,7 +10,7 @@ import pytest
 
 from kproxy.cli.main import main
 from kproxy.modes.iptables import render_full
-from tests.unit.kernel.scenarios import CONFIGS, NODE, NODE_IP, cluster
+from tests.scenarios import CONFIGS, NODE, NODE_IP, cluster
 from tests.unit.modes.kube import snapshot_of
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kproxy.cli.main import main
-from tests.unit.kernel.scenarios import NODE, NODE_IP, cluster
+from tests.scenarios import NODE, NODE_IP, cluster
 
 DUMP = Path(__file__).resolve().parents[2] / "emulation" / "data" / "node-dump.iptables-save"
 FLAGS = ["--hostname-override", NODE, "--node-ip", NODE_IP, "--cluster-cidr", "10.0.0.0/8"]

@@ -19,7 +19,7 @@ from kproxy.modes.iptables.mode import load_now
 from kproxy.testing import Cluster, NodeSpec, Outcome, Verdict, emulated_node
 from kproxy.testing import modes as modes_module
 from kproxy.testing.modes import iptables_config
-from tests.unit.kernel.scenarios import cluster
+from tests.scenarios import cluster
 
 FLAGS = ["--hostname-override", "node-a", "--node-ip", "192.168.0.2", "--cluster-cidr", "10.0.0.0/8"]
 NODE = NodeSpec(hostname="node-a", node_ips=("192.168.0.2",), cluster_cidrs=("10.0.0.0/8",),

@@ -1,5 +1,6 @@
-"""Stale UDP/SCTP conntrack cleanup (kube-proxy's CleanStaleEntries): the pure filters, the
-emulated kernel's deletion, and the iptables mode calling it after a successful sync."""
+"""Stale UDP/SCTP conntrack cleanup (kube-proxy's CleanStaleEntries): the pure filters and the
+emulated kernel's deletion. The iptables mode calling it after a successful sync, moving a flow,
+is ``tests/kernel/test_iptables_conntrack.py`` (on both executors)."""
 
 from __future__ import annotations
 
@@ -84,17 +85,6 @@ def _send(ns: Netns) -> str:
     out = ns.send(Packet(src="192.168.0.9", dst="172.30.0.10", sport=40000, dport=53, protocol="udp",
                             in_interface="eth0"), random.Random(1))
     return out.destination
-
-
-def test_mode_moves_a_udp_flow_off_a_removed_endpoint() -> None:
-    """Fails without the cleanup: the flow from a fixed source port keeps its old DNAT."""
-    ns = _node()
-    mode = IptablesMode(IptablesConfig(node_ips=("192.168.0.2",)), EmulatedNetfilter(ns), now=lambda: 0.0)
-    first = snapshot_of(_docs(["10.0.1.1"]))
-    asyncio.run(mode.apply(first))
-    assert _send(ns) == "10.0.1.1:53"
-    asyncio.run(mode.apply(next_snapshot(first, _docs(["10.0.1.2"]))))
-    assert _send(ns) == "10.0.1.2:53"
 
 
 def test_emulated_kernel_deletes_only_matching_entries() -> None:

@@ -14,7 +14,7 @@ from kproxy.kernel import EmulatedNetfilter
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import ENSURED_JUMPS, IptablesConfig, IptablesRenderer, RenderResult
 from kproxy.modes.iptables.mode import load_now, program
-from tests.unit.kernel.scenarios import CONFIGS, NODE, cluster, node_model
+from tests.scenarios import CONFIGS, NODE, cluster, node_model
 from tests.unit.modes.kube import snapshot_of
 
 

@@ -12,7 +12,7 @@ from kproxy.modes.iptables.cleanup import cleanup as iptables_cleanup
 from kproxy.modes.ipvs import IpvsConfig
 from kproxy.modes.ipvs.cleanup import cleanup as ipvs_cleanup
 from kproxy.modes.ipvs.mode import IpvsMode
-from tests.unit.kernel.scenarios import NODE, cluster, node_model
+from tests.scenarios import NODE, cluster, node_model
 from tests.unit.modes.kube import snapshot_of
 
 #: Another component's rules on the same node, which a cleanup must leave alone.

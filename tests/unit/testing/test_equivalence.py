@@ -7,8 +7,8 @@ from emulation.netfilter import load
 from kproxy.testing import Cluster, Outcome, Packet, Verdict, compare
 from kproxy.testing.equivalence import Comparison, format_comparison
 from kproxy.testing.modes import DumpAdapter
+from tests.scenarios import cluster
 from tests.unit.cli.test_verify import NODE, _node_dump
-from tests.unit.kernel.scenarios import cluster
 
 LONG_WHY = "no Service at 2001:db8:ffff::2: not proxied, routed as the node routes it onwards unchanged"
 

@@ -1,17 +1,18 @@
-"""Partial syncs (KEP-3453) leave the kernel exactly as a full sync would, for any history."""
+"""Hypothesis strategies of snapshot histories for the partial-sync properties (KEP-3453).
+
+Used by :mod:`tests.unit.modes.iptables.test_partial` (against the restore model) and by
+``tests/kernel/test_iptables_partial.py`` (through the iptables mode, on both executors).
+"""
 
 from __future__ import annotations
 
-from itertools import pairwise
 from typing import Any
 
-from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kproxy.model import Snapshot
-from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, render_full, render_partial
+from kproxy.modes.iptables import IptablesConfig
 from tests.unit.modes.kube import TEST_NODE, endpoint_slice, ep, next_snapshot, port, service, snapshot_of
-from tests.unit.modes.restore import apply_noflush
 
 # A tiny threshold so that histories cross kube-proxy's large-cluster mode both ways.
 CONFIG = IptablesConfig(node_ips=("192.168.0.2",), cluster_cidr=("10.0.0.0/8",), large_cluster_threshold=4)
@@ -64,33 +65,3 @@ def histories(draw: st.DrawFn) -> list[Snapshot]:
         services[index] = draw(service_states(index))
         out.append(next_snapshot(out[-1], [doc for docs in services for doc in docs]))
     return out
-
-
-@settings(max_examples=150, deadline=None)
-@given(histories())
-def test_partial_renders_equal_a_full_render(history: list[Snapshot]) -> None:
-    """Full render of the first snapshot plus partial renders of each change == full render of the last."""
-    state = apply_noflush({}, render_full(history[0], CONFIG))
-    for previous, snapshot in pairwise(history):
-        state = apply_noflush(state, render_partial(previous, snapshot, CONFIG))
-    assert state == apply_noflush({}, render_full(history[-1], CONFIG))
-
-
-@settings(max_examples=150, deadline=None)
-@given(histories(), st.lists(st.sampled_from(["ok", "ok", "fail", "discard"]), min_size=7, max_size=7))
-def test_renderer_recovers_from_failures(history: list[Snapshot], outcomes: list[str]) -> None:
-    """With restores failing, or renders dropped unapplied, the renderer still converges."""
-    renderer = IptablesRenderer(CONFIG)
-    state: dict[str, dict[str, list[str]]] = {}
-    for snapshot, outcome in zip(history, outcomes, strict=False):
-        result = renderer.render(snapshot)
-        if outcome == "fail":
-            renderer.failed()
-        elif outcome == "ok":
-            state = apply_noflush(state, result.text)
-            renderer.commit(result)
-    if renderer.applied is not history[-1]:
-        result = renderer.render(history[-1])
-        state = apply_noflush(state, result.text)
-        renderer.commit(result)
-    assert state == apply_noflush({}, render_full(history[-1], CONFIG))

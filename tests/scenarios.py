@@ -1,7 +1,8 @@
 # ruff: noqa: E501  (the case table keeps one case per line)
-"""One cluster, one node topology and a table of packet-flow cases, shared by the emulator tests
-(``tests/unit/kernel/test_iptables_flows.py``) and the real-kernel tests
-(``tests/kernel/test_iptables_flows.py``).
+"""One cluster, one node topology and a table of packet-flow cases: the scenario of the flow
+suite run on both executors (``tests/kernel/test_iptables_flows.py``), which the other kernel
+suites, the ipvs mode's flows (``tests/unit/modes/ipvs/test_flows.py``) and the command tests
+build on.
 
 The cluster follows kube-proxy's ``proxier_test.go`` (``TestOverallIPTablesRules``,
 ``TestNoEndpointsReject``, ``TestLoadBalancer``, ``TestNodePorts``, ``TestHealthCheckNodePort``,

@@ -14,7 +14,7 @@ from kproxy.kernel import EmulatedNetfilter
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import IptablesConfig
 from kproxy.modes.iptables.mode import FULL_SYNC_PERIOD_S, IptablesMode
-from tests.unit.kernel.scenarios import NODE, cluster, node_model
+from tests.scenarios import NODE, cluster, node_model
 from tests.unit.modes.kube import endpoint_slice, ep, next_snapshot, snapshot_of
 
 CONFIG = IptablesConfig(node_ips=("192.168.0.2",), cluster_cidr=("10.0.0.0/8",))

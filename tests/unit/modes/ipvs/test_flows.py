@@ -1,7 +1,7 @@
 # ruff: noqa: E501  (the case table keeps one case per line)
 """kube-proxy's ipvs mode through whole-packet traces: netfilter, ipsets and IPVS on one emulated node.
 
-The cluster and topology are :mod:`tests.unit.kernel.scenarios`' (kube-proxy's proxier_test.go
+The cluster and topology are :mod:`tests.scenarios`' (kube-proxy's proxier_test.go
 services); the node IPs are both of the node's addresses, so NodePorts answer on each, as
 kube-proxy's ipvs proxier puts a virtual server on every node address.
 """
@@ -17,7 +17,7 @@ from kproxy.kernel.ipvs_node import IpvsNode
 from kproxy.modes.ipvs import IpvsConfig
 from kproxy.modes.ipvs.mode import IpvsMode
 from kproxy.trace.ipvs import trace_ipvs
-from tests.unit.kernel.scenarios import (
+from tests.scenarios import (
     CASES,
     CLIENT_GW,
     NODE,

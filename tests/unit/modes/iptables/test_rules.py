@@ -7,8 +7,8 @@ from typing import Any
 
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import IptablesConfig, render_full, render_partial
+from tests.unit.modes.iptables.restore import apply_noflush
 from tests.unit.modes.kube import TEST_NODE, endpoint_slice, ep, next_snapshot, port, service, snapshot_of
-from tests.unit.modes.restore import apply_noflush
 
 FAKE = IptablesConfig.kube_proxy_test_fake()
 TCP80 = [("p80", 80, "TCP")]
