@@ -119,10 +119,14 @@ class ProxyMetrics:
         for latency in latencies_s:
             self.network_programming.observe(max(latency, 0.0))
 
-    def sync_failed(self) -> None:
-        """A sync failed to apply."""
-        for family in self._families:
-            self.restore_failures.labels(ip_family=family).inc()
+    def sync_failed(self, family: str | None = None) -> None:
+        """A sync failed to apply for ``family`` (``"IPv4"``/``"IPv6"``), or for every family when None.
+
+        kube-proxy counts ``iptables_restore_failures_total`` in the proxier of the family whose
+        restore failed; a family not proxied here is counted as given (it names what failed).
+        """
+        for name in self._families if family is None else (family,):
+            self.restore_failures.labels(ip_family=name).inc()
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""
