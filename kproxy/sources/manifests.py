@@ -57,9 +57,10 @@ _log = structlog.get_logger("kproxy.sources")
 
 @dataclass(slots=True)
 class _Parsed:
-    """One file's objects (with where each was found) and the problems of its objects."""
+    """One file's objects (with where each was found: a label and the 1-based document index)
+    and the problems of its objects."""
 
-    objects: list[tuple[KubeObject, str]] = field(default_factory=list)
+    objects: list[tuple[KubeObject, str, int]] = field(default_factory=list)
     problems: list[InvalidObject] = field(default_factory=list)
 
 
@@ -216,7 +217,7 @@ def _parse_file(path: Path) -> _Parsed:
     for i, doc in enumerate(docs, start=1):
         where = f"document {i}" if several else ""
         result = parse_objects(doc, source=str(path), where=where)
-        parsed.objects.extend((obj, where) for obj in result.objects)
+        parsed.objects.extend((obj, where, i) for obj in result.objects)
         parsed.problems.extend(result.problems)
     return parsed
 
@@ -229,9 +230,9 @@ def _merge(
     origin: dict[ObjectKey, str] = {}
     duplicates: list[InvalidObject] = []
     for path, parsed in files:
-        for obj, where in parsed.objects:
+        for obj, where, index in parsed.objects:
             key = object_key(obj)
-            here = f"{path} {where}".strip()
+            here = f"{path} document {index}"
             if key in origin:
                 duplicates.append(InvalidObject(
                     source=str(path), obj=f"{where} {key}".strip(), field="metadata.name",

@@ -114,6 +114,7 @@ class SyncEngine:
         self._applied: list[Snapshot | None] = [None] * len(self._consumers)
         self._failed: list[bool] = [False] * len(self._consumers)
         self._snapshot: Snapshot | None = None
+        self._conflicts: set[str] = set()
         self.last_sync_time: float | None = None
         """Clock time (seconds) when the last successful sync ended, or None."""
         self.sync_count = 0
@@ -194,6 +195,7 @@ class SyncEngine:
                     or reason is RunReason.PERIODIC)
         if checkout:
             self._current = self.tracker.checkout()
+            self._report_conflicts()
         current = self._current
         assert current is not None
         errors: list[Exception] = []
@@ -224,6 +226,19 @@ class SyncEngine:
             changed=len(current.changed), ports=len(current))
         self._progress.set()
         self._progress = asyncio.Event()
+
+    def _report_conflicts(self) -> None:
+        """Warn once about each ClusterIP shared by several Services (the tracker finds them)."""
+        now = {str(c): c for c in self.tracker.conflicts}
+        for text in now.keys() - self._conflicts:
+            conflict = now[text]
+            _log.warning(
+                "two Services use the same ClusterIP and port; the API server never allows this, so "
+                "kube-proxy has no rule for it (its rules match in Go map order); kproxy programs both "
+                "in namespace/name order: where both have endpoints the first one gets the traffic",
+                address=conflict.address, services=[str(p) for p in conflict.ports],
+                files=list(conflict.sources), first=str(conflict.ports[0]))
+        self._conflicts = set(now)
 
     def _for_consumer(self, i: int, current: Snapshot) -> Snapshot:
         """``current`` as consumer ``i`` needs it: with a full ``changed`` after a failure or a gap."""
