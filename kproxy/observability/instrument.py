@@ -39,7 +39,7 @@ from kproxy.model import EndpointSlice, IPFamily, NamespacedName, Service, Snaps
 from kproxy.observability.health import ProxyHealth
 from kproxy.observability.metrics import ProxyMetrics
 from kproxy.sources.base import Emit, Event, EventType, Source, Synced
-from kproxy.sync.engine import Consumer, SyncEngine
+from kproxy.sync.engine import Consumer, SyncEngine, consumer_name
 
 __all__ = ["Instruments", "family_of", "parse_trigger_time"]
 
@@ -191,8 +191,12 @@ class _TimedConsumer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inners[0], name)
 
-    def __repr__(self) -> str:
-        return " + ".join(type(c).__name__ for c in self._inners)
+    @property
+    def description(self) -> str:
+        """What log lines call it: each consumer and its family, e.g. ``IptablesMode (IPv4)``."""
+        names = [consumer_name(c) + (f" ({family})" if (family := family_of(c)) else "")
+                 for c in self._inners]
+        return " + ".join(names)
 
     async def apply(self, snapshot: Snapshot) -> None:
         clock = self._instruments._clock

@@ -34,7 +34,7 @@ from kproxy.sources.base import Event, Source
 from kproxy.sync.runner import BoundedFrequencyRunner, RunReason
 from kproxy.sync.tracker import ChangeTracker
 
-__all__ = ["Consumer", "SyncEngine"]
+__all__ = ["Consumer", "SyncEngine", "consumer_name"]
 
 _log = structlog.get_logger("kproxy.sync")
 
@@ -46,6 +46,12 @@ class Consumer(Protocol):
     async def apply(self, snapshot: Snapshot) -> None:
         """Program ``snapshot`` wholly, or raise and leave the previous state in force."""
         ...
+
+
+def consumer_name(consumer: object) -> str:
+    """What log lines call a consumer: its ``description`` when it has one, else its class name."""
+    description = getattr(consumer, "description", None)
+    return description if isinstance(description, str) and description else type(consumer).__name__
 
 
 def _seconds(name: str, value: float, *, allow_zero: bool) -> float:
@@ -208,15 +214,19 @@ class SyncEngine:
             except Exception as err:
                 self._failed[i] = True
                 errors.append(err)
-                _log.error("consumer failed to apply snapshot; previous state kept",
-                           consumer=type(consumer).__name__, revision=current.revision,
-                           error=str(err), error_type=type(err).__name__)
+                # One line for the whole sync comes from the runner, with when it retries.
+                _log.debug("consumer failed to apply snapshot; previous state kept",
+                           consumer=consumer_name(consumer), revision=current.revision, error=str(err),
+                           exc_info=err)
             else:
                 self._applied[i] = current
                 self._failed[i] = False
         if errors:
             self.failure_count += 1
-            raise ExceptionGroup(f"{len(errors)} consumer(s) failed at revision {current.revision}",
+            failed = [c for c, f in zip(self._consumers, self._failed, strict=True) if f]
+            detail = "; ".join(f"{consumer_name(c)}: {' '.join(str(e).split()) or type(e).__name__}"
+                               for c, e in zip(failed, errors, strict=True))
+            raise ExceptionGroup(f"revision {current.revision} not applied ({detail}); previous state kept",
                                  errors)
         self._snapshot = current
         self.last_sync_time = self._clock.now()
