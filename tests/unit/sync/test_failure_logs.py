@@ -28,7 +28,7 @@ class _Refusing:
 
 
 async def test_a_failed_sync_logs_one_line_with_the_retry_delay() -> None:
-    """One error line names the consumer, the kernel's reason and 'retrying in 30.0 s'; the traceback is debug."""
+    """One error line names the consumer, the kernel's reason and 'retrying in 30.0 s'; traceback at debug."""
     clock = FakeClock()
     obs = Observability(ObservabilityOptions(healthz_bind_address="", metrics_bind_address=""),
                         clock=clock, wall=lambda: 1000.0)
