@@ -179,12 +179,12 @@ class ChangeTracker:
 
     def pending(self) -> tuple[PendingChange, ...]:
         """The pending Services, oldest change first."""
-        items = [PendingChange(service=k, queued_at=t) for k, (_, t) in self._pending.items()]
+        items = [PendingChange(service=k, queued_at=t) for k, (_, t) in list(self._pending.items())]
         return tuple(sorted(items, key=lambda p: (p.queued_at or 0.0, p.service)))
 
     def oldest_pending_since(self) -> float | None:
         """When the oldest pending change was queued (seconds, clock time); None if none or no clock."""
-        times = [t for _, t in self._pending.values() if t is not None]
+        times = [t for _, t in list(self._pending.values()) if t is not None]
         return min(times) if times else None
 
     def services(self) -> tuple[Service, ...]:
