@@ -45,6 +45,7 @@ import yaml
 from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import InvalidArgument, InvalidObject, SourceError
 from kproxy.model import KubeObject, parse_objects
+from kproxy.sources._gcpause import collector_paused
 from kproxy.sources.base import Emit, Event, ObjectKey, Synced, diff_objects, object_key
 
 __all__ = ["MANIFEST_SUFFIXES", "ManifestSource", "load_manifests"]
@@ -372,8 +373,12 @@ class ManifestSource:
 
     async def _reload(self) -> list[Event]:
         if self._parse_in_thread:
-            return await asyncio.to_thread(self.reload)
+            return await asyncio.to_thread(self._reload_paused)
         return self.reload()
+
+    def _reload_paused(self) -> list[Event]:
+        with collector_paused():  # a full collection mid-parse would stall the loop too
+            return self.reload()
 
     def reload(self) -> list[Event]:
         """Re-read the files that changed and return the events since the last reload.

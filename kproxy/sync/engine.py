@@ -38,6 +38,7 @@ import structlog
 from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import InvalidArgument
 from kproxy.model import NodeConfig, Snapshot
+from kproxy.sources._gcpause import collector_paused
 from kproxy.sources.base import Event, Source
 from kproxy.sync.runner import BoundedFrequencyRunner, RunReason
 from kproxy.sync.tracker import ChangeTracker
@@ -60,6 +61,12 @@ class Consumer(Protocol):
     async def apply(self, snapshot: Snapshot) -> None:
         """Program ``snapshot`` wholly, or raise and leave the previous state in force."""
         ...
+
+
+def _paused(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` with the cyclic collector paused (see :mod:`kproxy.sources._gcpause`)."""
+    with collector_paused():
+        return fn(*args)
 
 
 def _fold(tracker: ChangeTracker, items: Sequence[Event | NodeConfig]) -> bool:
@@ -261,7 +268,7 @@ class SyncEngine:
         """
         self._in_thread = True
         self._tracker_free.clear()
-        work = asyncio.get_running_loop().run_in_executor(None, fn, *args)
+        work = asyncio.get_running_loop().run_in_executor(None, _paused, fn, *args)
         try:
             return await asyncio.shield(work)
         except asyncio.CancelledError:
