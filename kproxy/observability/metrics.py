@@ -191,7 +191,8 @@ class LiveCollector(Collector):
                     "watches": "Watch requests started", "failures": "API requests that failed",
                     "expired": "Watches answered 410 Gone (resource version expired)",
                     "stalls": "Watches restarted after falling silent",
-                    "malformed": "Malformed objects or events skipped"}
+                    "malformed": "Malformed objects or events skipped",
+                    "quorum_lists": "Lists read from etcd (no resource version) rather than the watch cache"}
         for field, help_text in counters.items():
             family = CounterMetricFamily(f"kproxy_source_{field}", help_text, labels=["kind"])
             for st in statuses:
