@@ -322,11 +322,6 @@ class Reflector:
                     raise rest.exceptions[0] from None
                 raise rest from None
             assert stalled is not None
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                # Cancelled while the watchdog fired: Python 3.11's TaskGroup then raises the
-                # group and drops the CancelledError; honour the cancellation, never swallow it.
-                raise asyncio.CancelledError() from None
         self._counts["stalls"] += 1
         silent_s = self._clock.now() - self._last_activity
         _log.warning(f"{self.kind} watch silent for {silent_s:.1f} s (no event, no bookmark); taking it "

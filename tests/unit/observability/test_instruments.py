@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable
 
 from emulation import ManualClock
-from emulation.netfilter import Ruleset
-from emulation.netfilter.evaluate import Netns
+from emulation.netfilter import Netns, Ruleset
 from kproxy.daemon.engine import build_engine
 from kproxy.kernel.emulated import EmulatedNetfilter
 from kproxy.kernel.node import trace_node
