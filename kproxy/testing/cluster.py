@@ -103,6 +103,7 @@ class NodeSpec:
         masquerade_all: ``--masquerade-all``.
         nodeport_addresses: ``--nodeport-addresses`` (empty: every local address).
         families: the families proxied, primary first.
+        zone: its ``topology.kubernetes.io/zone`` label (``--node-zone``), for topology hints.
 
     Raises:
         InvalidArgument: a malformed address or CIDR, two CIDRs of one family, a local pod CIDR
@@ -116,6 +117,7 @@ class NodeSpec:
     masquerade_all: bool = False
     nodeport_addresses: tuple[str, ...] = ()
     families: tuple[IPFamily, ...] = (IPFamily.IPv4, IPFamily.IPv6)
+    zone: str | None = None
 
     def __post_init__(self) -> None:
         if not self.families or len(set(self.families)) != len(self.families):
@@ -165,7 +167,7 @@ class NodeSpec:
         try:
             return cls(hostname=node.hostname, node_ips=node.node_ips or cls().node_ips, cluster_cidrs=cidrs,
                        local_pod_cidrs=tuple(local), masquerade_all=run.rules.masquerade_all,
-                       nodeport_addresses=run.rules.nodeport_addresses, families=families)
+                       nodeport_addresses=run.rules.nodeport_addresses, families=families, zone=node.zone)
         except InvalidArgument as err:
             raise ConfigError(f"node flags (--node-ip, --cluster-cidr): {err}") from None
 
@@ -184,7 +186,7 @@ class NodeSpec:
 
     def node_config(self) -> NodeConfig:
         """The model's view of this node."""
-        return NodeConfig(hostname=self.hostname, ip_families=self.families)
+        return NodeConfig(hostname=self.hostname, zone=self.zone, ip_families=self.families)
 
 
 def emulated_node(spec: NodeSpec) -> Node:
