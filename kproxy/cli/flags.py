@@ -43,7 +43,8 @@ def join_negative_values(argv: Sequence[str]) -> list[str]:
     while i < len(argv):
         word = argv[i]
         nxt = argv[i + 1] if i + 1 < len(argv) else ""
-        if word in DURATION_FLAGS and nxt.startswith("-") and nxt[1:2] and (nxt[1].isdigit() or nxt[1] == "."):
+        negative = nxt.startswith("-") and nxt[1:2] != "" and (nxt[1].isdigit() or nxt[1] == ".")
+        if word in DURATION_FLAGS and negative:
             out.append(f"{word}={nxt}")
             i += 2
             continue
@@ -59,7 +60,8 @@ def _bool(text: str) -> bool:
         raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}") from None
 
 
-def add_manifests_flag(parser: argparse.ArgumentParser | Any, *, required: bool, help_extra: str = "") -> None:
+def add_manifests_flag(parser: argparse.ArgumentParser | Any, *, required: bool,
+                       help_extra: str = "") -> None:
     """``--manifests PATH...`` with ``-f`` as its alias (kubectl's), ``-`` meaning standard input."""
     parser.add_argument("-f", "--manifests", nargs="+", metavar="PATH", default=_HIDE, required=required,
                         help="YAML or JSON files or folders with Services and EndpointSlices; - reads "
@@ -100,14 +102,16 @@ def add_rule_flags(parser: argparse.ArgumentParser, *, modes: Sequence[str] | No
                             help=f"{mode_help} (default: --config's mode, else {default_mode})")
     ipt = parser.add_argument_group("rules (iptables and ipvs modes)")
     ipt.add_argument("--cluster-cidr", default=_HIDE, metavar="CIDR[,CIDR]",
-                     help="pod CIDRs, one per family: traffic from outside them to a ClusterIP is masqueraded")
+                     help="pod CIDRs, one per family: traffic from outside them to a ClusterIP is "
+                          "masqueraded")
     ipt.add_argument("--masquerade-all", action="store_true", default=_HIDE,
                      help="masquerade all traffic sent to ClusterIPs (default: --config's, else off)")
     ipt.add_argument("--nodeport-addresses", default=_HIDE, metavar="CIDR[,CIDR]|primary",
                      help="addresses NodePorts accept on: CIDRs (IP/32 for one address) or primary "
                           "(default: every local address)")
     ipt.add_argument("--iptables-masquerade-bit", type=int, default=_HIDE, metavar="BIT",
-                     help="the fwmark bit that marks packets for masquerade, 0..31 (default: --config's, else 14)")
+                     help="the fwmark bit that marks packets for masquerade, 0..31 (default: --config's, "
+                          "else 14)")
     ipt.add_argument("--iptables-localhost-nodeports", type=_bool, default=_HIDE, metavar="BOOL",
                      help="accept NodePort connections to 127.0.0.1 (IPv4; default: --config's, else true)")
     ipt.add_argument("--ipvs-scheduler", default=_HIDE, metavar="NAME",

@@ -82,8 +82,10 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if config.proxy_mode == "ipvs":
         out = render_ipvs(snapshot, IpvsConfig.from_run(config))
         sys.stdout.write("".join(f"{IPVS_SECTION_PREFIX}{title}\n{text}" for title, text in (
-            ("ipvsadm-save -n", out.ipvsadm), ("ipset save", out.ipsets), ("iptables-restore", out.iptables))))
+            ("ipvsadm-save -n", out.ipvsadm), ("ipset save", out.ipsets),
+            ("iptables-restore", out.iptables))))
         return 0
-    warn_ignored(flags_in(config.given, IPVS_ONLY_FLAGS), only="--proxy-mode ipvs", why="ignored in iptables mode")
+    warn_ignored(flags_in(config.given, IPVS_ONLY_FLAGS), only="--proxy-mode ipvs",
+                 why="ignored in iptables mode")
     sys.stdout.write(render_full(snapshot, IptablesConfig.from_run(config)))
     return 0

@@ -29,8 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     modes = tuple(MODES)
     parser = sub.add_parser("run", help=f"proxy Services for real ({', '.join(modes)} mode)",
                             description="Watch Services and EndpointSlices and proxy their traffic. SIGHUP "
-                                        "reloads --config and the manifests; SIGTERM/SIGINT drain and stop (a "
-                                        "second SIGINT cuts the drain short).")
+                                        "reloads --config and the manifests; SIGTERM/SIGINT drain and "
+                                        "stop (a second SIGINT cuts the drain short).")
     src = parser.add_argument_group("source")
     add_manifests_flag(src, required=False, help_extra="; files and folders are reloaded when they change "
                                                        "(exclusive with --kubeconfig/--master)")
@@ -48,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    mode_help=f"the proxy mode ({summaries})")
     add_node_flags(parser, node_ip_help="; iptables and ipvs modes: NodePorts and masquerade use it")
     parser.add_argument("--kernel", default=_HIDE, choices=("emulated", "linux"),
-                        help="iptables and ipvs modes: program an emulated node (default) or, as root, this netns")
+                        help="iptables and ipvs modes: program an emulated node (default) or, as root, "
+                             "this netns")
     obs = parser.add_argument_group("health and metrics")
     obs.add_argument("--healthz-bind-address", default=_HIDE, metavar="IP:PORT",
                      help="/healthz and /livez (default 127.0.0.1:10256; kube-proxy's is 0.0.0.0:10256; "
@@ -64,7 +65,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help="listen on this one address, one port per service port (default: one "
                          "loopback address per Service, on the Service's own ports)")
     us.add_argument("--loopback-block", default=_HIDE, metavar="CIDR",
-                    help=f"block the per-Service loopback addresses come from (default {DEFAULT_LOOPBACK_BLOCK})")
+                    help=f"block the per-Service loopback addresses come from (default "
+                         f"{DEFAULT_LOOPBACK_BLOCK})")
     us.add_argument("--address-map", default=_HIDE, metavar="FILE",
                     help="write the address table as JSON to FILE at every change")
     us.add_argument("--udp-timeout", default=_HIDE, metavar="D",
@@ -84,7 +86,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                      help="console: one readable line per event on stderr (default); json: one JSON object "
                           "per line, for log collectors")
     log.add_argument("--log-level", default=_HIDE, choices=("debug", "info", "warning", "error"),
-                     help="the least severe events logged (default info; debug adds tracebacks and every sync)")
+                     help="the least severe events logged (default info; debug adds tracebacks and every "
+                          "sync)")
     parser.set_defaults(handler=run, subparser=parser)
 
 

@@ -68,7 +68,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         help="a node's iptables-save (or iptables-save -c) output, instead of --manifests "
                              "(with --ipvs-dump: the node's remaining iptables rules)")
     parser.add_argument("--ipvs-dump", default=None, metavar="FILE",
-                        help="a node's ipvsadm-save -n or ipvsadm -Ln --nosort output, instead of --manifests")
+                        help="a node's ipvsadm-save -n or ipvsadm -Ln --nosort output, instead of "
+                             "--manifests")
     parser.add_argument("--ipset-save", default=None, metavar="FILE",
                         help="with --ipvs-dump: the node's ipset save output")
     parser.add_argument("--connections", type=int, default=None, metavar="N",
@@ -114,13 +115,15 @@ def _check_sources(args: argparse.Namespace, config: RunConfig) -> str:
 
 
 def _warn_unused(args: argparse.Namespace, config: RunConfig, mode: str) -> None:
-    ipvs_only = flags_in(config.given, ("--ipvs-scheduler",)) + (["--connections"] if args.connections is not None
-                                                                  else [])
+    ipvs_only = flags_in(config.given, ("--ipvs-scheduler",))
+    if args.connections is not None:
+        ipvs_only.append("--connections")
     if mode == "iptables":
         warn_ignored(ipvs_only, only="--proxy-mode ipvs", why="ignored in iptables mode")
     why = "{} is a node's dump, which already holds the rules they would shape"
     if args.ipvs_dump:
-        warn_ignored(flags_in(config.given, (*_RENDER_FLAGS, "--ipvs-scheduler")), why=why.format("--ipvs-dump FILE"))
+        warn_ignored(flags_in(config.given, (*_RENDER_FLAGS, "--ipvs-scheduler")),
+                     why=why.format("--ipvs-dump FILE"))
     elif args.iptables_save:
         warn_ignored(flags_in(config.given, _RENDER_FLAGS), why=why.format("--iptables-save FILE"))
 

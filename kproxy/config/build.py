@@ -1,4 +1,4 @@
-"""Build the run configuration once: flags given, then the ``--config`` file, then the environment, then defaults.
+"""Build the run configuration once: flags given, then ``--config``, then the environment, then defaults.
 
 As kube-proxy does (``cmd/kube-proxy/app/server.go``: the file is read first, then the flags
 given on the command line override it), a flag given wins over the file's field, and the
@@ -213,12 +213,14 @@ def _rules(given: Given, file: KubeProxyConfiguration, mode: str) -> RuleSetting
     elif doc["ipvs"]["scheduler"]:
         scheduler, scheduler_from = doc["ipvs"]["scheduler"], _field(file, "ipvs.scheduler")
     if scheduler not in SCHEDULERS:
-        raise ConfigError(f"{scheduler_from}: expected one of {', '.join(sorted(SCHEDULERS))}, got {scheduler!r}")
+        raise ConfigError(f"{scheduler_from}: expected one of {', '.join(sorted(SCHEDULERS))}, "
+                          f"got {scheduler!r}")
     return RuleSettings(
         proxy_mode=mode, cluster_cidrs=cidrs,
         masquerade_all=bool(given.get("--masquerade-all", doc["iptables"]["masqueradeAll"])),
         masquerade_bit=bit, nodeport_addresses=nodeports, localhost_nodeports=bool(localhost),
-        ipvs_scheduler=scheduler, kernel=_enum(Kernel, given.get("--kernel", Kernel.EMULATED.value), "--kernel"))
+        ipvs_scheduler=scheduler,
+        kernel=_enum(Kernel, given.get("--kernel", Kernel.EMULATED.value), "--kernel"))
 
 
 def _sync(given: Given, file: KubeProxyConfiguration, mode: str) -> SyncSettings:
@@ -247,7 +249,8 @@ def _userspace(given: Given, *, check: bool) -> UserspaceSettings:
     if check and address_map is not None:
         path = Path(str(address_map))
         if path.is_dir():
-            raise ConfigError(f"--address-map: {str(address_map)!r} is a folder; give the path of a file to write")
+            raise ConfigError(f"--address-map: {str(address_map)!r} is a folder; give the path of a file "
+                              "to write")
         folder = path.absolute().parent
         if not folder.is_dir():
             raise ConfigError(f"--address-map: folder {str(folder)!r} does not exist")
@@ -301,9 +304,11 @@ def _source(given: Given, file: KubeProxyConfiguration) -> tuple[SourceSettings,
         else:
             kubeconfig = file.kubeconfig
     proxy_name = given.get("--service-proxy-name")
-    return SourceSettings(manifests=manifests, kubeconfig=str(kubeconfig) if kubeconfig is not None else None,
-                          master=str(master) if master is not None else None,
-                          service_proxy_name=str(proxy_name) if proxy_name is not None else None), tuple(notes)
+    settings = SourceSettings(manifests=manifests,
+                              kubeconfig=str(kubeconfig) if kubeconfig is not None else None,
+                              master=str(master) if master is not None else None,
+                              service_proxy_name=str(proxy_name) if proxy_name is not None else None)
+    return settings, tuple(notes)
 
 
 def _ignored(given: Given, command: Command, mode: str) -> tuple[str, ...]:

@@ -110,7 +110,9 @@ def _logging_changes(value: Any, prefix: str = "") -> list[str]:
     if value is None or (isinstance(value, Mapping) and not value and not prefix):
         return []
     if not isinstance(value, Mapping):
-        return [] if value in _LOGGING_DEFAULTS.get(prefix, ()) else [f"logging.{prefix}" if prefix else "logging"]
+        if value in _LOGGING_DEFAULTS.get(prefix, ()):
+            return []
+        return [f"logging.{prefix}" if prefix else "logging"]
     out: list[str] = []
     for key, inner in value.items():
         path = f"{prefix}.{key}" if prefix else str(key)

@@ -140,8 +140,8 @@ async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRun
 
 async def serve_modes(modes: list[IptablesMode] | list[IpvsMode], source: Source, node: NodeConfig,
                       options: KernelRunOptions, stop: asyncio.Event,
-                      observability: ObservabilityOptions | None = None, *, node_watch: NodeWatch | None = None,
-                      follow_zone: bool = True) -> None:
+                      observability: ObservabilityOptions | None = None, *,
+                      node_watch: NodeWatch | None = None, follow_zone: bool = True) -> None:
     """Keep ``modes`` (from :func:`build_modes`) in sync with ``source`` until ``stop`` is set.
 
     Raises:

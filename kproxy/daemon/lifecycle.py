@@ -194,8 +194,10 @@ async def run_daemon(load: Callable[[], RunConfig], first: RunConfig | None = No
                 break
             last_good = run
             new = _reloaded(load, run)
-            if proxy is not None and (new.proxy_mode != "userspace" or UserspaceOptions.from_run(new).data_plane
-                                      != UserspaceOptions.from_run(run).data_plane):
+            plane = UserspaceOptions.from_run(run).data_plane
+            new_plane = UserspaceOptions.from_run(new).data_plane
+            same_plane = new.proxy_mode == "userspace" and plane == new_plane
+            if proxy is not None and not same_plane:
                 await _close(proxy, run.userspace.drain_timeout_s, signals)
                 proxy = None
             if proxy is None and new.proxy_mode == "userspace":

@@ -31,7 +31,7 @@ _log = structlog.get_logger("kproxy")
 
 
 def build_source(run: RunConfig, *, stdin: TextIO | None = None) -> Source:
-    """The source the configuration names: ``--manifests`` or the cluster (``--kubeconfig``/``--master``/in-cluster).
+    """The source the configuration names: ``--manifests``, or the cluster (``--kubeconfig``, ``--master``).
 
     ``--manifests -`` reads standard input once, at start (a stream cannot be re-read; the
     objects are served as they were).

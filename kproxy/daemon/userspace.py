@@ -193,7 +193,7 @@ async def serve_with(
     observability: ObservabilityOptions | None = None, *, node_watch: NodeWatch | None = None,
     follow_zone: bool = True,
 ) -> None:
-    """Keep ``proxy`` in sync with ``source`` until ``stop`` is set; the proxy stays open (the caller closes it).
+    """Keep ``proxy`` in sync with ``source`` until ``stop`` is set; the caller closes the proxy.
 
     A reload (SIGHUP) runs this again with a new source and node on the same proxy, so the
     listeners of unchanged Services and their open connections carry on.

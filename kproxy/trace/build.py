@@ -70,7 +70,9 @@ class Manifests:
     problems: tuple[InvalidObject | SourceError, ...]
 
 
-def parse_manifest_text(text: str, *, source: str = STDIN_SOURCE) -> tuple[list[KubeObject], list[InvalidObject | SourceError]]:
+def parse_manifest_text(
+    text: str, *, source: str = STDIN_SOURCE,
+) -> tuple[list[KubeObject], list[InvalidObject | SourceError]]:
     """The objects of a YAML or JSON stream (``kubectl get -o yaml``/``-o json`` output, several documents).
 
     Returns:
@@ -153,7 +155,8 @@ def read_text(path: str, flag: str) -> str:
                           f"{err.start}; give the text iptables-save prints)") from None
 
 
-def netns_from_dump(path: str, version: int, node_ips: Iterable[str], *, flag: str = "--iptables-save") -> Netns:
+def netns_from_dump(path: str, version: int, node_ips: Iterable[str], *,
+                    flag: str = "--iptables-save") -> Netns:
     """An emulated node holding a real node's ``iptables-save`` dump, read leniently.
 
     Raises:
@@ -178,7 +181,8 @@ def iptables_netns(run: RunConfig, snapshot: Snapshot, family: IPFamily) -> Netn
     """
     config = IptablesConfig.from_run(run, family)
     result = IptablesRenderer(config).render(snapshot)
-    netns = Netns(trace_node(config.node_ips), ManualClock(), ruleset=Ruleset(6 if family is IPFamily.IPv6 else 4))
+    version = 6 if family is IPFamily.IPv6 else 4
+    netns = Netns(trace_node(config.node_ips), ManualClock(), ruleset=Ruleset(version))
     load_now(EmulatedNetfilter(netns, family), result, nfacct=nfacct_counters(config))
     return netns
 

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (long command lines and test names are kept whole to stay readable)
 """`kproxy run` as a real subprocess: it serves the manifests and follows edits to them."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (long command lines and test names are kept whole to stay readable)
 """``kproxy run --config``: the file's fields take effect, flags override them, none is dropped silently."""
 
 from __future__ import annotations

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (long command lines and test names are kept whole to stay readable)
 """The run configuration: its defaults, flags over the file over the environment, and errors naming their origin."""
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def test_an_unknown_flag_name_is_a_programming_error() -> None:
 
 def test_address_map_must_be_a_file_in_an_existing_folder(tmp_path: Path) -> None:
     """--address-map naming a folder, or a file in a missing folder, is refused at start-up naming the flag."""
-    with pytest.raises(ConfigError, match="--address-map: .* is a folder"):
+    with pytest.raises(ConfigError, match=r"--address-map: .* is a folder"):
         _build({"--address-map": str(tmp_path)})
     with pytest.raises(ConfigError, match="--address-map: folder"):
         _build({"--address-map": str(tmp_path / "missing" / "map.json")})
