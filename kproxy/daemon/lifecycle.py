@@ -33,12 +33,14 @@ from kproxy.daemon.kernel import KernelRunOptions, build_modes, serve_modes
 from kproxy.daemon.setup import (
     build_source,
     log_config_warnings,
-    node_facts,
     node_watch,
     observability_options,
+    read_node_facts,
+    read_stdin_manifests,
 )
 from kproxy.daemon.userspace import UserspaceOptions, new_proxy, serve_with
 from kproxy.errors import ConfigError
+from kproxy.model import KubeObject
 from kproxy.modes.userspace import UserspaceProxy, check_bind_address, check_loopback_block
 
 __all__ = ["Signals", "StopReason", "run_daemon"]
@@ -101,10 +103,11 @@ async def _until_woken(signals: Signals, stop: asyncio.Event) -> None:
     stop.set()
 
 
-async def _generation(run: RunConfig, proxy: UserspaceProxy | None, signals: Signals) -> StopReason:
+async def _generation(run: RunConfig, proxy: UserspaceProxy | None, signals: Signals,
+                      stdin_objects: tuple[KubeObject, ...] | None) -> StopReason:
     """Run one generation (see the module docstring) until a signal ends it."""
-    source = build_source(run)
-    zone, eligible = node_facts(run)
+    source = build_source(run, stdin_objects=stdin_objects)
+    zone, eligible = await read_node_facts(run)
     node = replace(run.node.node_config(run.source.service_proxy_name), zone=zone)
     observability = observability_options(run, eligible=eligible)
     watch = node_watch(run)
@@ -177,12 +180,13 @@ async def run_daemon(load: Callable[[], RunConfig], first: RunConfig | None = No
             check_loopback_block(run.userspace.loopback_block)
     signals = Signals()
     signals.install(asyncio.get_running_loop())
+    stdin_objects = read_stdin_manifests() if run.source.reads_stdin else None  # a stream is read once
     proxy = new_proxy(UserspaceOptions.from_run(run)) if run.proxy_mode == "userspace" else None
     last_good = run
     try:
         while True:
             try:
-                reason = await _generation(run, proxy, signals)
+                reason = await _generation(run, proxy, signals, stdin_objects)
             except ConfigError as err:
                 if run is last_good:
                     raise

@@ -20,21 +20,36 @@ import structlog
 from kproxy.config.defaults import STDIN_PATH
 from kproxy.config.run import RunConfig
 from kproxy.errors import ConfigError, SourceError
+from kproxy.model import KubeObject
 from kproxy.observability.server import ObservabilityOptions
 from kproxy.sources.base import Source
 from kproxy.sources.memory import MemorySource
 from kproxy.trace.build import parse_manifest_text
 
-__all__ = ["build_source", "log_config_warnings", "node_facts", "node_watch", "observability_options"]
+__all__ = ["build_source", "log_config_warnings", "node_facts", "node_watch", "observability_options",
+           "read_node_facts", "read_stdin_manifests"]
 
 _log = structlog.get_logger("kproxy")
 
 
-def build_source(run: RunConfig, *, stdin: TextIO | None = None) -> Source:
+def read_stdin_manifests(stdin: TextIO | None = None) -> tuple[KubeObject, ...]:
+    """The objects of the YAML/JSON stream on standard input (``--manifests -``), read to the end once.
+
+    Each problem is logged with its document; the valid objects are returned.
+    """
+    objects, problems = parse_manifest_text((stdin or sys.stdin).read())
+    for problem in problems:
+        _log.error("invalid manifest content skipped", error=str(problem))
+    return tuple(objects)
+
+
+def build_source(run: RunConfig, *, stdin: TextIO | None = None,
+                 stdin_objects: tuple[KubeObject, ...] | None = None) -> Source:
     """The source the configuration names: ``--manifests``, or the cluster (``--kubeconfig``, ``--master``).
 
     ``--manifests -`` reads standard input once, at start (a stream cannot be re-read; the
-    objects are served as they were).
+    objects are served as they were): pass what :func:`read_stdin_manifests` read as
+    ``stdin_objects`` to build the source again on a reload.
 
     Raises:
         ConfigError: no source outside a pod; ``-`` among other paths; a manifest path does not
@@ -49,10 +64,7 @@ def build_source(run: RunConfig, *, stdin: TextIO | None = None) -> Source:
         if len(source.manifests) > 1:
             raise ConfigError("--manifests: `kproxy run` reads standard input (-) alone, not with files or "
                               "folders (they are watched; a stream is read once)")
-        objects, problems = parse_manifest_text((stdin or sys.stdin).read())
-        for problem in problems:
-            _log.error("invalid manifest content skipped", error=str(problem))
-        return MemorySource(objects)
+        return MemorySource(stdin_objects if stdin_objects is not None else read_stdin_manifests(stdin))
     if source.manifests:
         from kproxy.sources.manifests import ManifestSource
 
@@ -71,6 +83,15 @@ def build_source(run: RunConfig, *, stdin: TextIO | None = None) -> Source:
 
 
 def node_facts(run: RunConfig) -> tuple[str | None, bool]:
+    """``(zone, eligible)`` of this node, outside an event loop (see :func:`read_node_facts`).
+
+    Raises:
+        ConfigError: the client configuration (kubeconfig) cannot be loaded.
+    """
+    return asyncio.run(read_node_facts(run))
+
+
+async def read_node_facts(run: RunConfig) -> tuple[str | None, bool]:
     """``(zone, eligible)`` of this node: ``--node-zone`` or, for a cluster source, its Node's label.
 
     A Node that cannot be read is logged and treated as eligible without a zone.
@@ -84,7 +105,7 @@ def node_facts(run: RunConfig) -> tuple[str | None, bool]:
 
     factory = api_client_factory(kubeconfig=run.source.kubeconfig, master=run.source.master)
     try:
-        info = asyncio.run(read_node_info(factory, run.node.hostname))
+        info = await read_node_info(factory, run.node.hostname)
     except SourceError as err:  # a ConfigError (the client configuration) stops the start-up instead
         _log.warning("cannot read this node's zone; topology hints need --node-zone", node=run.node.hostname,
                      error=str(err))
