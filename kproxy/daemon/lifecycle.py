@@ -193,6 +193,11 @@ async def run_daemon(load: Callable[[], RunConfig], first: RunConfig | None = No
                 _log.error("the reloaded configuration cannot start; the last good one runs again",
                            error=str(err))
                 run = last_good
+                if proxy is not None and run.proxy_mode != "userspace":
+                    await _close(proxy, 0.0, signals)
+                    proxy = None
+                if proxy is None and run.proxy_mode == "userspace":
+                    proxy = new_proxy(UserspaceOptions.from_run(run))
                 continue
             if reason is StopReason.SHUTDOWN:
                 break

@@ -354,7 +354,7 @@ def test_kubeadm_config_with_manifests_serves_them(tmp_path: Path, backends: Ide
 
 
 def test_manifests_from_stdin_are_served(tmp_path: Path, backends: IdentityServers) -> None:
-    """`kproxy run -f -` serves the objects piped into it."""
+    """`kproxy run -f -` serves the objects piped into it, and still serves them after a SIGHUP reload."""
     address_map = tmp_path / "map.json"
     proc = subprocess.Popen([_kproxy(), "run", "-f", "-", "--address-map", str(address_map), "--log-format", "json",
                              "--healthz-bind-address", "", "--metrics-bind-address", ""],
@@ -364,7 +364,11 @@ def test_manifests_from_stdin_are_served(tmp_path: Path, backends: IdentityServe
         proc.stdin.write(_manifest(["127.0.77.3"], 18080))
         proc.stdin.close()
         proc.stdin = None  # read to the end: communicate() below must not flush it
-        assert _ask(_listen_of(address_map, "demo/web:http", 15)) == "127.0.77.3:18080"
+        listen = _listen_of(address_map, "demo/web:http", 15)
+        assert _ask(listen) == "127.0.77.3:18080"
+        proc.send_signal(signal.SIGHUP)  # a stream cannot be re-read: what was read is served again
+        time.sleep(1.5)
+        assert _ask(listen) == "127.0.77.3:18080"
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
