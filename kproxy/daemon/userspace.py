@@ -17,6 +17,14 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from kproxy.config.defaults import (
+    DEFAULT_DRAIN_TIMEOUT_S,
+    DEFAULT_LOOPBACK_BLOCK,
+    DEFAULT_MIN_SYNC_PERIOD_S,
+    DEFAULT_SYNC_PERIOD_S,
+    DEFAULT_UDP_TIMEOUT_S,
+)
+from kproxy.config.run import RunConfig
 from kproxy.daemon.engine import build_engine, run_until_stopped
 from kproxy.model import NodeConfig, Protocol, ServicePortName
 from kproxy.modes.userspace import AddressEntry, UserspaceProxy
@@ -27,7 +35,7 @@ from kproxy.sync.engine import SyncEngine
 if TYPE_CHECKING:
     from kproxy.sources.kube import NodeWatch
 
-__all__ = ["RunningProxy", "UserspaceOptions", "running_userspace_proxy", "serve"]
+__all__ = ["RunningProxy", "UserspaceOptions", "new_proxy", "running_userspace_proxy", "serve"]
 
 log = structlog.get_logger("kproxy")
 
@@ -47,12 +55,26 @@ class UserspaceOptions:
     """
 
     bind_address: str | None = None
-    loopback_block: str = "127.0.0.0/8"
+    loopback_block: str = DEFAULT_LOOPBACK_BLOCK
     address_map_path: str | os.PathLike[str] | None = None
-    udp_idle_timeout_s: float = 30.0
-    min_sync_period_s: float = 1.0
-    sync_period_s: float = 30.0
-    drain_timeout_s: float = 10.0
+    udp_idle_timeout_s: float = DEFAULT_UDP_TIMEOUT_S
+    min_sync_period_s: float = DEFAULT_MIN_SYNC_PERIOD_S
+    sync_period_s: float = DEFAULT_SYNC_PERIOD_S
+    drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+
+    @classmethod
+    def from_run(cls, run: RunConfig) -> UserspaceOptions:
+        """The userspace options of a run configuration (its userspace and sync sections)."""
+        us = run.userspace
+        return cls(bind_address=us.bind_address, loopback_block=us.loopback_block,
+                   address_map_path=us.address_map, udp_idle_timeout_s=us.udp_timeout_s,
+                   min_sync_period_s=run.sync.min_sync_period_s, sync_period_s=run.sync.sync_period_s,
+                   drain_timeout_s=us.drain_timeout_s)
+
+    @property
+    def data_plane(self) -> tuple[object, ...]:
+        """The settings the listening proxy is built with (a reload keeps the proxy when they are equal)."""
+        return (self.bind_address, self.loopback_block, self.address_map_path, self.udp_idle_timeout_s)
 
 
 @dataclass(slots=True)
@@ -127,13 +149,7 @@ async def running_userspace_proxy(
     """
     opts = options or UserspaceOptions()
     the_node = node or NodeConfig()
-    proxy = UserspaceProxy(
-        bind_address=opts.bind_address,
-        loopback_block=opts.loopback_block,
-        address_map_path=opts.address_map_path,
-        udp_idle_timeout_s=opts.udp_idle_timeout_s,
-        clock=time.monotonic,
-    )
+    proxy = new_proxy(opts)
     engine, obs = _engine(source, the_node, proxy, opts, observability)
     try:
         async with asyncio.TaskGroup() as tg:
@@ -161,12 +177,42 @@ def _engine(
                         sync_period_s=options.sync_period_s, observability=observability, proxy=proxy)
 
 
+def new_proxy(options: UserspaceOptions) -> UserspaceProxy:
+    """A userspace data plane listening as ``options`` say (nothing bound until its first apply).
+
+    Raises:
+        ConfigError: ``loopback_block`` is not an IPv4 CIDR, or ``bind_address`` is not an IP address.
+    """
+    return UserspaceProxy(bind_address=options.bind_address, loopback_block=options.loopback_block,
+                          address_map_path=options.address_map_path,
+                          udp_idle_timeout_s=options.udp_idle_timeout_s, clock=time.monotonic)
+
+
+async def serve_with(
+    proxy: UserspaceProxy, source: Source, node: NodeConfig, options: UserspaceOptions, stop: asyncio.Event,
+    observability: ObservabilityOptions | None = None, *, node_watch: NodeWatch | None = None,
+    follow_zone: bool = True,
+) -> None:
+    """Keep ``proxy`` in sync with ``source`` until ``stop`` is set; the caller closes the proxy.
+
+    A reload (SIGHUP) runs this again with a new source and node on the same proxy, so the
+    listeners of unchanged Services and their open connections carry on.
+
+    Raises:
+        ConfigError: an observability address is malformed or cannot be bound.
+    """
+    engine, obs = _engine(source, node, proxy, options, observability)
+    log.info("starting", node=node.hostname, families=[str(f) for f in node.ip_families],
+             min_sync_period_s=options.min_sync_period_s, sync_period_s=options.sync_period_s)
+    await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
+
+
 async def serve(
     source: Source, node: NodeConfig, options: UserspaceOptions, stop: asyncio.Event,
     observability: ObservabilityOptions | None = None, *, node_watch: NodeWatch | None = None,
     follow_zone: bool = True,
 ) -> None:
-    """Serve until ``stop`` is set, then shut down cleanly (used by ``kproxy run``).
+    """Serve until ``stop`` is set, then shut down cleanly, draining for ``options.drain_timeout_s``.
 
     With ``observability``, ``/healthz``, ``/livez``, ``/metrics`` and health check node ports
     are served beside the engine; with ``node_watch``, this node's Node is followed (see
@@ -175,18 +221,10 @@ async def serve(
     Raises:
         ConfigError: an observability address is malformed or cannot be bound.
     """
-    proxy = UserspaceProxy(
-        bind_address=options.bind_address,
-        loopback_block=options.loopback_block,
-        address_map_path=options.address_map_path,
-        udp_idle_timeout_s=options.udp_idle_timeout_s,
-        clock=time.monotonic,
-    )
-    engine, obs = _engine(source, node, proxy, options, observability)
-    log.info("starting", node=node.hostname, families=[str(f) for f in node.ip_families],
-             min_sync_period_s=options.min_sync_period_s, sync_period_s=options.sync_period_s)
+    proxy = new_proxy(options)
     try:
-        await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
+        await serve_with(proxy, source, node, options, stop, observability, node_watch=node_watch,
+                         follow_zone=follow_zone)
         log.info("stopping", drain_timeout_s=options.drain_timeout_s)
     finally:
         await proxy.aclose(options.drain_timeout_s)
