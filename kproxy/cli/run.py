@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -50,6 +51,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     parser.add_argument("--kernel", default=_HIDE, choices=("emulated", "linux"),
                         help="iptables and ipvs modes: program an emulated node (default) or, as root, "
                              "this netns")
+    parser.add_argument("--cleanup", action="store_true", default=False,
+                        help="as kube-proxy's --cleanup: remove the iptables and ipvs modes' rules, "
+                             "virtual servers, ipsets and addresses from this network namespace (IPv4 and "
+                             "IPv6; root), then exit; nothing else is needed or started")
     obs = parser.add_argument_group("health and metrics")
     obs.add_argument("--healthz-bind-address", default=_HIDE, metavar="IP:PORT",
                      help="/healthz and /livez (default 127.0.0.1:10256; kube-proxy's is 0.0.0.0:10256; "
@@ -110,9 +115,31 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """
     from kproxy.daemon.lifecycle import run_daemon
 
+    if args.cleanup:
+        return _cleanup(args)
     first = config_of(args, parser)
     _run_loop(lambda: run_daemon(lambda: config_of(args, parser), first))
     return 0
+
+
+def _cleanup(args: argparse.Namespace) -> int:
+    """``run --cleanup``: exit 0 when everything that existed is gone, 1 when something failed.
+
+    Raises:
+        ConfigError: ``--kernel emulated`` (an emulated kernel lives only inside a running kproxy),
+            or not root.
+    """
+    from kproxy.daemon.kernel import cleanup_kernel
+    from kproxy.errors import ConfigError
+    from kproxy.model import IPFamily
+
+    if getattr(args, "kernel", "linux") == "emulated":
+        raise ConfigError("--cleanup acts on this network namespace's kernel; an emulated kernel lives only "
+                          "inside a running kproxy and goes with it (drop --kernel emulated)")
+    errors = asyncio.run(cleanup_kernel((IPFamily.IPv4, IPFamily.IPv6)))
+    for line in errors:
+        print(f"kproxy: cleanup: {line}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 def _run_loop(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
