@@ -34,6 +34,7 @@ from emulation.nftables.model import (
     Table,
     TableSet,
 )
+from emulation.nftables.netns import Netns
 from emulation.nftables.ruleset import apply, load
 from emulation.nftables.types import Verdict, VerdictKind
 
@@ -42,6 +43,7 @@ __all__ = [
     "ChainType",
     "Element",
     "Family",
+    "Netns",
     "NftHook",
     "NftablesError",
     "Policy",
