@@ -224,7 +224,10 @@ def test_dynamic_set_update_matches_later_packets_until_it_expires() -> None:
 
 def test_unknown_statement_is_uncertain_and_does_not_match() -> None:
     """A lenient Unknown statement never matches silently: the rule is skipped, the outcome uncertain."""
-    rules = 'table ip t {\n chain c { type filter hook forward priority 0; policy accept;\n  log prefix "x" drop\n }\n}\n'
+    rules = (
+        "table ip t {\n chain c { type filter hook forward priority 0; policy accept;\n"
+        '  log prefix "x" drop\n }\n}\n'
+    )
     o = Netns(node(), ManualClock(), ruleset=load(rules, strict=False)).send(
         tcp("10.0.0.2", PA, PORT, "vp3"), random.Random(0)
     )
@@ -235,7 +238,8 @@ def test_ipv6_packet_skips_ip_tables_and_ip_matches_in_inet() -> None:
     """An IPv6 packet meets ip6 and inet tables only, and ``ip daddr`` does not match it."""
     rules = (
         "table ip t4 {\n chain c { type filter hook input priority 0; policy drop;\n }\n}\n"
-        "table inet t {\n chain c { type filter hook input priority 0; policy accept;\n  ip daddr 10.0.0.1 drop\n }\n}\n"
+        "table inet t {\n chain c { type filter hook input priority 0; policy accept;\n"
+        "  ip daddr 10.0.0.1 drop\n }\n}\n"
     )
     n6 = Node(interfaces=(Interface(name="eth0", addresses=("fd00::1/64",)),))
     ns = Netns(n6, ManualClock(), ruleset=load(rules))
