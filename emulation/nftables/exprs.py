@@ -1,4 +1,4 @@
-"""Rule statements: reading them from tokens and printing them as ``nft list ruleset`` does.
+"""Rule statements as values, and printing them as ``nft list ruleset`` does.
 
 A rule is a sequence of statements (:data:`Stmt`), evaluated left to right (``nft_do_chain``
 runs a rule's expressions in order; the first that does not match ends the rule). The
@@ -7,18 +7,17 @@ and common CNIs write. Printing normalises as nft does: ``mark`` becomes ``meta 
 and marks are printed ``0x%08x``, ``or``/``and``/``xor`` become ``|``/``&``/``^``, a one-element
 anonymous set loses its braces, a counter shows ``packets N bytes M``.
 
-Text this model does not know is an error in strict mode; in lenient mode the rest of the
-rule becomes an :class:`Unknown` statement, which evaluation treats as "maybe" (the outcome is
-marked uncertain and the rule is taken not to match), never as a silent match.
+Reading statements from tokens is :mod:`.rule_parse`. Text this model does not know is an
+error in strict mode; in lenient mode the rest of the rule becomes an :class:`Unknown`
+statement, which evaluation treats as "maybe" (the outcome is marked uncertain and the rule is
+taken not to match), never as a silent match.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emulation.errors import InputError
-from emulation.nftables.tokens import Token
-from emulation.nftables.types import Datum, Key, Verdict, VerdictKind, format_key, parse_key
+from emulation.nftables.types import Datum, Key, Verdict, VerdictKind, format_key
 
 __all__ = [
     "CT_STATES",
@@ -38,8 +37,10 @@ __all__ = [
     "VMap",
     "Verdict",
     "VerdictStmt",
+    "format_datum",
+    "format_element",
     "format_stmt",
-    "parse_stmts",
+    "format_value",
 ]
 
 #: Selector name -> data type. Names are as nft prints them.
@@ -195,278 +196,6 @@ class Unknown:
 
 
 Stmt = Match | VMap | Numgen | VerdictStmt | Reject | Counter | Nat | MarkSet | Notrack | SetUpdate | Unknown
-
-
-class _Stream:
-    def __init__(self, tokens: list[Token]) -> None:
-        self.toks = tokens
-        self.pos = 0
-
-    def peek(self, k: int = 0) -> str:
-        i = self.pos + k
-        return self.toks[i].text if i < len(self.toks) else ""
-
-    def take(self) -> str:
-        if self.pos >= len(self.toks):
-            raise InputError("unexpected end of rule")
-        self.pos += 1
-        return self.toks[self.pos - 1].text
-
-    def expect(self, word: str) -> None:
-        got = self.take()
-        if got != word:
-            raise InputError(f"expected {word!r}, found {got!r}")
-
-    @property
-    def done(self) -> bool:
-        return self.pos >= len(self.toks)
-
-
-def _selector(s: _Stream) -> str | None:
-    for width in (3, 2, 1):
-        words = " ".join(s.peek(k) for k in range(width))
-        name = _ALIASES.get(words, words)
-        if name in SELECTORS:
-            s.pos += width
-            return name
-    return None
-
-
-def _lhs(s: _Stream) -> tuple[str, ...] | None:
-    first = _selector(s)
-    if first is None:
-        return None
-    parts = [first]
-    while s.peek() == ".":
-        s.take()
-        nxt = _selector(s)
-        if nxt is None:
-            raise InputError(f"expected a selector after '.', found {s.peek()!r}")
-        parts.append(nxt)
-    return tuple(parts)
-
-
-def _value(kind: str, text: str) -> Key:
-    flags = _FLAG_TYPES.get(kind)
-    if flags is None:
-        return parse_key(kind, text)
-    bits = 0
-    for word in text.split(","):
-        if word not in flags:
-            raise InputError(f"unknown {kind} value {word!r}; known: {', '.join(flags)}")
-        bits |= flags[word]
-    return bits, bits
-
-
-def _element(s: _Stream, kinds: tuple[str, ...]) -> tuple[Key, ...]:
-    parts = []
-    for i, kind in enumerate(kinds):
-        if i:
-            s.expect(".")
-        parts.append(_value(kind, s.take()))
-    return tuple(parts)
-
-
-def _verdict(s: _Stream) -> Verdict:
-    word = s.take()
-    if word not in _VERDICT_WORDS:
-        raise InputError(f"expected a verdict (accept, drop, jump CHAIN, goto CHAIN ...), found {word!r}")
-    kind = VerdictKind(word)
-    if kind in (VerdictKind.JUMP, VerdictKind.GOTO):
-        return Verdict(kind, s.take().strip('"'))
-    return Verdict(kind)
-
-
-def _anon_map(s: _Stream, kinds: tuple[str, ...]) -> tuple[tuple[tuple[Key, ...], Verdict], ...]:
-    s.expect("{")
-    out = []
-    while s.peek() != "}":
-        key = _element(s, kinds)
-        s.expect(":")
-        out.append((key, _verdict(s)))
-        if s.peek() == ",":
-            s.take()
-    s.take()
-    return tuple(out)
-
-
-def _match_rest(s: _Stream, lhs: tuple[str, ...]) -> Stmt:
-    kinds = tuple(SELECTORS[name] for name in lhs)
-    if s.peek() == "vmap":
-        s.take()
-        if s.peek().startswith("@"):
-            return VMap(lhs, set_name=s.take()[1:])
-        return VMap(lhs, entries=_anon_map(s, kinds))
-    mask = None
-    if s.peek() in _MASK_OPS and len(lhs) == 1:
-        op = _MASK_OPS[s.take()]
-        mask = (op, _value(kinds[0], s.take())[0])
-    if s.peek() == "set" and lhs in (("meta mark",), ("ct mark",)) and mask is None:
-        s.take()
-        return _mark_set(s, lhs[0])
-    negate = False
-    if s.peek() in ("==", "eq"):
-        s.take()
-    elif s.peek() in ("!=", "ne"):
-        s.take()
-        negate = True
-    if s.peek().startswith("@"):
-        return Match(lhs, negate, set_name=s.take()[1:], mask=mask)
-    if s.peek() == "{":
-        s.take()
-        values = []
-        while s.peek() != "}":
-            values.append(_element(s, kinds))
-            if s.peek() == ",":
-                s.take()
-        s.take()
-        return Match(lhs, negate, values=tuple(values), mask=mask, braces=len(values) > 1)
-    if len(kinds) == 1 and kinds[0] in _FLAG_TYPES:
-        text = s.take()
-        while s.peek() == "," and s.peek(1) in _FLAG_TYPES[kinds[0]]:
-            s.take()
-            text += "," + s.take()
-        return Match(lhs, negate, values=((_value(kinds[0], text),),), mask=mask)
-    return Match(lhs, negate, values=(_element(s, kinds),), mask=mask)
-
-
-def _mark_set(s: _Stream, target: str) -> MarkSet:
-    if _ALIASES.get(s.peek(), s.peek()) == target or " ".join((s.peek(), s.peek(1))) == target:
-        s.pos += 1 if _ALIASES.get(s.peek()) == target else 2
-        op = _MASK_OPS.get(s.take())
-        if op is None:
-            raise InputError(f"expected | & ^ (or, and, xor) after {target}")
-        return MarkSet(target, op, _value("mark", s.take())[0])
-    return MarkSet(target, None, _value("mark", s.take())[0])
-
-
-def _nat(s: _Stream, kind: str) -> Nat:
-    family = None
-    addr: str | None = None
-    port: int | None = None
-    if kind in ("dnat", "snat"):
-        if s.peek() in ("ip", "ip6"):
-            family = s.take()
-        s.expect("to")
-        target = s.take()
-        if target.startswith("["):
-            host, _, rest = target[1:].partition("]")
-            addr, port = host, int(rest[1:]) if rest.startswith(":") else None
-        elif target.count(":") == 1:
-            host, _, p = target.partition(":")
-            addr, port = host, parse_key("inet_service", p)[0]
-        else:
-            addr = target
-        parse_key("ipv6_addr" if ":" in addr else "ipv4_addr", addr)
-    elif kind == "redirect" and s.peek() == "to":
-        s.take()
-        port = parse_key("inet_service", s.take().lstrip(":"))[0]
-    flags = []
-    while s.peek() in ("fully-random", "random", "persistent"):
-        flags.append(s.take())
-    return Nat(kind, addr, port, tuple(flags), family)
-
-
-def _statement(s: _Stream) -> Stmt | str:
-    """One statement, or the rule's comment text."""
-    word = s.peek()
-    if word == "comment":
-        s.take()
-        return s.take().strip('"')
-    if word in _VERDICT_WORDS:
-        return VerdictStmt(_verdict(s))
-    if word == "counter":
-        s.take()
-        if s.peek() == "packets":
-            s.take()
-            packets = int(s.take())
-            s.expect("bytes")
-            return Counter(packets, int(s.take()))
-        return Counter()
-    if word == "reject":
-        s.take()
-        if s.peek() != "with":
-            return Reject()
-        s.take()
-        proto = s.take()
-        if proto == "tcp":
-            s.expect("reset")
-            return Reject("tcp reset")
-        if s.peek() == "type":
-            s.take()
-        return Reject(f"{proto} {s.take()}")
-    if word in ("dnat", "snat", "masquerade", "redirect"):
-        s.take()
-        return _nat(s, word)
-    if word == "notrack":
-        s.take()
-        return Notrack()
-    if word in ("update", "add") and s.peek(1).startswith("@"):
-        s.take()
-        name = s.take()[1:]
-        s.expect("{")
-        lhs = _lhs(s)
-        if lhs is None:
-            raise InputError(f"expected a selector in {word} @{name} {{ ... }}")
-        s.expect("}")
-        return SetUpdate(word, name, lhs)
-    if word == "numgen":
-        s.take()
-        s.expect("random")
-        s.expect("mod")
-        mod = int(s.take())
-        offset = 0
-        if s.peek() == "offset":
-            s.take()
-            offset = int(s.take())
-        s.expect("vmap")
-        entries = _anon_map(s, ("integer",))
-        return Numgen(mod, offset, tuple((k[0][0], v) for k, v in entries))
-    lhs = _lhs(s)
-    if lhs is None:
-        raise InputError(f"unknown expression {word!r}")
-    return _match_rest(s, lhs)
-
-
-def parse_stmts(tokens: list[Token], *, strict: bool) -> tuple[tuple[Stmt, ...], str | None]:
-    """A rule's statements and comment, from its tokens (no newline or ``;`` among them).
-
-    Raises:
-        InputError: bad syntax, or (``strict``) an expression this model does not know; the
-            message names the rule's line.
-    """
-    s = _Stream(tokens)
-    stmts: list[Stmt] = []
-    comment = None
-    line = tokens[0].line if tokens else None
-    while not s.done:
-        start = s.pos
-        try:
-            got = _statement(s)
-        except (InputError, ValueError) as exc:
-            if strict:
-                raise InputError(str(exc), line=line, text=" ".join(t.text for t in tokens)) from None
-            rest = [t.text for t in tokens[start:]]
-            if "comment" in rest:
-                at = rest.index("comment")
-                comment = rest[at + 1].strip('"') if at + 1 < len(rest) else None
-                rest = rest[:at]
-            stmts.append(Unknown(" ".join(rest)))
-            break
-        if isinstance(got, str):
-            comment = got
-            continue
-        if isinstance(got, Reject) and got.with_ == "tcp reset" and not _is_tcp_match(stmts[-1:]):
-            stmts.append(_L4PROTO_TCP)  # the dependency nft adds (and lists) for a TCP reset
-        stmts.append(got)
-    return tuple(stmts), comment
-
-
-_L4PROTO_TCP = Match(("meta l4proto",), values=(((6, 6),),))
-
-
-def _is_tcp_match(last: list[Stmt]) -> bool:
-    return bool(last) and last[0] == _L4PROTO_TCP
 
 
 def _kinds(lhs: tuple[str, ...]) -> tuple[str, ...]:

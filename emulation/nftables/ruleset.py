@@ -2,7 +2,7 @@
 (``table ip t { chain c { ... } }``) and the command form (``add rule ip t c ...``), as
 kube-proxy's knftables writes its transactions, and ``nft list ruleset`` output.
 
-Theory of operation: a transaction works on a mutable copy (:class:`_Work`) of the ruleset
+Theory of operation: a transaction works on a mutable copy (:class:`~.work.Work`) of the ruleset
 and is frozen into a new :class:`Ruleset` only when the whole input was accepted, as the
 kernel commits or aborts a netlink batch whole (``nf_tables_commit`` / ``nf_tables_abort`` in
 net/netfilter/nf_tables_api.c). An error names the input line. References to chains and sets
@@ -14,205 +14,30 @@ per-table counter shared with chains and sets (``table->hgenerator``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from emulation.errors import InputError
 from emulation.nftables import exprs as ex
-from emulation.nftables.model import (
-    Chain,
-    ChainType,
-    Element,
-    Family,
-    NftablesError,
-    NftHook,
-    Policy,
-    Rule,
-    Ruleset,
-    SetFlag,
-    Table,
-    TableSet,
+from emulation.nftables import rule_parse as rp
+from emulation.nftables.model import Chain, ChainType, Family, NftablesError, NftHook, Policy, Rule, Ruleset
+from emulation.nftables.sets import SetCommands
+from emulation.nftables.tokens import NEWLINE, Token
+from emulation.nftables.types import Verdict
+from emulation.nftables.work import (
+    PRIORITY_NAMES,
+    WChain,
+    Work,
+    WTable,
+    parse_duration,
+    priority_name_fits,
+    refs,
 )
-from emulation.nftables.tokens import NEWLINE, Token, tokenize
-from emulation.nftables.types import Datum, Key, Verdict, VerdictKind, parse_key
 
 __all__ = ["PRIORITY_NAMES", "apply", "load", "parse_duration", "priority_name_fits"]
 
-#: Standard priority names (``std_prios`` in nft's src/rule.c; ``enum nf_ip_hook_priorities``).
-PRIORITY_NAMES: dict[str, int] = {
-    "raw": -300,
-    "mangle": -150,
-    "dstnat": -100,
-    "filter": 0,
-    "security": 50,
-    "srcnat": 100,
-}
 
-
-def priority_name_fits(name: str, hook: NftHook | None) -> bool:
-    """Whether a standard priority name may be used at ``hook``: ``dstnat`` only at
-    prerouting and ``srcnat`` only at postrouting, as nft 1.0.6's
-    ``std_prio_family_hook_compat`` (elsewhere nft says "invalid priority expression value in
-    this context")."""
-    if name == "dstnat":
-        return hook == NftHook.PREROUTING
-    if name == "srcnat":
-        return hook == NftHook.POSTROUTING
-    return True
-
-
-_UNITS = {"d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in an nft time like ``3h``, ``10800s``, ``1h30m`` or ``500ms``.
-
-    Raises:
-        InputError: not a duration.
-    """
-    total, num, i = 0.0, "", 0
-    if text.isdigit():
-        return float(text)
-    while i < len(text):
-        c = text[i]
-        if c.isdigit():
-            num += c
-            i += 1
-            continue
-        unit = "ms" if text[i : i + 2] == "ms" else c
-        if unit not in _UNITS or not num:
-            raise InputError(f"{text!r} is not a time (e.g. 3h, 10800s, 1h30m)")
-        total += int(num) * _UNITS[unit]
-        num, i = "", i + len(unit)
-    if num:
-        raise InputError(f"{text!r} is not a time: a number without a unit at its end")
-    return total
-
-
-@dataclass(slots=True)
-class _WSet:
-    spec: TableSet
-    elements: dict[tuple[Key, ...], Element] = field(default_factory=dict)
-
-
-@dataclass(slots=True)
-class _WChain:
-    spec: Chain
-    rules: list[Rule] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _WTable:
-    family: Family
-    name: str
-    comment: str | None
-    sets: dict[str, _WSet]
-    chains: dict[str, _WChain]
-    next_handle: int
-
-    def handle(self) -> int:
-        self.next_handle += 1
-        return self.next_handle - 1
-
-
-class _Work:
-    """The mutable copy a transaction edits (see the module docstring)."""
-
-    def __init__(self, rs: Ruleset, strict: bool) -> None:
-        self.strict = strict
-        self.tables: dict[tuple[Family, str], _WTable] = {}
-        for key, t in rs.tables.items():
-            self.tables[key] = _WTable(
-                t.family,
-                t.name,
-                t.comment,
-                {n: _WSet(s, {e.key: e for e in s.elements}) for n, s in t.sets.items()},
-                {n: _WChain(c, list(c.rules)) for n, c in t.chains.items()},
-                t.next_handle,
-            )
-        self.deferred: list[tuple[int, _WTable]] = []  # block-form tables to check at the end
-
-    def freeze(self) -> Ruleset:
-        out: dict[tuple[Family, str], Table] = {}
-        for key, t in self.tables.items():
-            sets = {n: replace(s.spec, elements=tuple(s.elements.values())) for n, s in t.sets.items()}
-            chains = {n: replace(c.spec, rules=tuple(c.rules)) for n, c in t.chains.items()}
-            out[key] = Table(
-                family=t.family,
-                name=t.name,
-                comment=t.comment,
-                sets=sets,
-                chains=chains,
-                next_handle=t.next_handle,
-            )
-        return Ruleset(tables=out)
-
-
-def _refs(stmts: tuple[ex.Stmt, ...]) -> tuple[list[str], list[str]]:
-    """Chains and sets a rule names."""
-    chains: list[str] = []
-    sets: list[str] = []
-    for st in stmts:
-        if isinstance(st, ex.VerdictStmt) and st.verdict.chain is not None:
-            chains.append(st.verdict.chain)
-        elif isinstance(st, ex.VMap | ex.Numgen):
-            chains.extend(v.chain for _, v in st.entries if v.chain is not None)
-            if isinstance(st, ex.VMap) and st.set_name is not None:
-                sets.append(st.set_name)
-        elif isinstance(st, ex.Match | ex.SetUpdate) and st.set_name is not None:
-            sets.append(st.set_name)
-    return chains, sets
-
-
-class _Parser:
-    def __init__(self, text: str, work: _Work) -> None:
-        self.toks = tokenize(text)
-        self.pos = 0
-        self.work = work
-
-    # --- token helpers ---------------------------------------------------------------------------
-
-    def peek(self) -> str:
-        return self.toks[self.pos].text if self.pos < len(self.toks) else ""
-
-    @property
-    def line(self) -> int:
-        return self.toks[min(self.pos, len(self.toks) - 1)].line if self.toks else 0
-
-    def take(self) -> str:
-        if self.pos >= len(self.toks):
-            raise InputError("unexpected end of input")
-        self.pos += 1
-        return self.toks[self.pos - 1].text
-
-    def expect(self, word: str) -> None:
-        got = self.take()
-        if got != word:
-            raise InputError(f"expected {word!r}, found {got!r}")
-
-    def skip_ends(self) -> None:
-        while self.peek() in (NEWLINE, ";"):
-            self.pos += 1
-
-    def upto_end(self) -> list[Token]:
-        """Tokens up to the next newline or ``;`` outside braces (a rule)."""
-        out: list[Token] = []
-        depth = 0
-        while self.pos < len(self.toks):
-            tok = self.toks[self.pos]
-            if depth == 0 and tok.text in (NEWLINE, ";"):
-                break
-            if tok.text == "{":
-                depth += 1
-            elif tok.text == "}":
-                if depth == 0:
-                    raise InputError("a rule must end with a newline or ';' before '}'")
-                depth -= 1
-            if tok.text != NEWLINE:
-                out.append(tok)
-            self.pos += 1
-        return out
-
-    # --- top level -------------------------------------------------------------------------------
+class _Parser(SetCommands):
+    """The transaction parser: tables, chains, rules (sets: :class:`SetCommands`)."""
 
     def run(self) -> None:
         while True:
@@ -283,7 +108,7 @@ class _Parser:
         if table is None:
             if word == "flush":
                 raise InputError(f"no such table {fam} {name}")
-            table = tables[(fam, name)] = _WTable(fam, name, None, {}, {}, 1)
+            table = tables[(fam, name)] = WTable(fam, name, None, {}, {}, 1)
         elif word == "create":
             raise InputError(f"table {fam} {name} exists already (create)")
         if word == "flush":
@@ -301,12 +126,12 @@ class _Parser:
         name = self.take()
         table = self.work.tables.get((fam, name))
         if table is None:
-            table = self.work.tables[(fam, name)] = _WTable(fam, name, None, {}, {}, 1)
+            table = self.work.tables[(fam, name)] = WTable(fam, name, None, {}, {}, 1)
         self.expect("{")
         self.table_body(table, nested=True)
         self.work.deferred.append((self.line, table))
 
-    def table_body(self, table: _WTable, *, nested: bool) -> None:
+    def table_body(self, table: WTable, *, nested: bool) -> None:
         while True:
             self.skip_ends()
             word = self.take()
@@ -325,10 +150,10 @@ class _Parser:
 
     # --- chains and rules ------------------------------------------------------------------------
 
-    def chain_decl(self, table: _WTable, name: str, *, nested: bool, create: bool = False) -> None:
+    def chain_decl(self, table: WTable, name: str, *, nested: bool, create: bool = False) -> None:
         wc = table.chains.get(name)
         if wc is None:
-            wc = table.chains[name] = _WChain(Chain(name=name))
+            wc = table.chains[name] = WChain(Chain(name=name))
             table.handle()
         elif create:
             raise InputError(f"chain {name} exists already (create)")
@@ -380,19 +205,19 @@ class _Parser:
         return value
 
     def add_rule(
-        self, table: _WTable, wc: _WChain, toks: list[Token], line: int, *, check: bool, at: int | None = None
+        self, table: WTable, wc: WChain, toks: list[Token], line: int, *, check: bool, at: int | None = None
     ) -> None:
-        stmts, comment = ex.parse_stmts(toks, strict=self.work.strict)
+        stmts, comment = rp.parse_stmts(toks, strict=self.work.strict)
         if check:
-            self.check_refs(table, stmts)
+            self.checkrefs(table, stmts)
         rule = Rule(handle=table.handle(), stmts=stmts, comment=comment, line=line)
         if at is None:
             wc.rules.append(rule)
         else:
             wc.rules.insert(at, rule)
 
-    def check_refs(self, table: _WTable, stmts: tuple[ex.Stmt, ...]) -> None:
-        chains, sets = _refs(stmts)
+    def checkrefs(self, table: WTable, stmts: tuple[ex.Stmt, ...]) -> None:
+        chains, sets = refs(stmts)
         for c in chains:
             if c not in table.chains:
                 raise InputError(
@@ -403,7 +228,7 @@ class _Parser:
             if s not in table.sets:
                 raise InputError(f"no such set @{s} in table {table.family} {table.name}")
 
-    def cmd_chain(self, word: str, table: _WTable, name: str) -> None:
+    def cmd_chain(self, word: str, table: WTable, name: str) -> None:
         if word in ("add", "create"):
             self.chain_decl(table, name, nested=False, create=word == "create")
             return
@@ -417,7 +242,7 @@ class _Parser:
             return
         for other in table.chains.values():
             for rule in other.rules:
-                if other is not wc and name in _refs(rule.stmts)[0]:
+                if other is not wc and name in refs(rule.stmts)[0]:
                     raise InputError(
                         f"chain {name} is still jumped to from chain {other.spec.name} (EBUSY);"
                         " remove those rules first"
@@ -429,7 +254,7 @@ class _Parser:
                 )
         del table.chains[name]
 
-    def cmd_rule(self, word: str, table: _WTable, name: str) -> None:
+    def cmd_rule(self, word: str, table: WTable, name: str) -> None:
         wc = table.chains.get(name)
         if wc is None:
             raise InputError(f"no such chain {name} in table {table.family} {table.name}")
@@ -455,221 +280,14 @@ class _Parser:
         line = self.line
         self.add_rule(table, wc, self.upto_end(), line, check=True, at=at)
 
-    def cmd_set(self, word: str, table: _WTable, name: str) -> None:
-        self.set_cmd(word, table, name, is_map=False)
 
-    def cmd_map(self, word: str, table: _WTable, name: str) -> None:
-        self.set_cmd(word, table, name, is_map=True)
-
-    def set_cmd(self, word: str, table: _WTable, name: str, *, is_map: bool) -> None:
-        if word in ("add", "create"):
-            self.set_decl(table, name, is_map, create=word == "create")
-            return
-        ws = table.sets.get(name)
-        if ws is None:
-            if word == "destroy":
-                return
-            raise InputError(
-                f"no such {'map' if is_map else 'set'} {name} in table {table.family} {table.name}"
-            )
-        if word == "flush":
-            ws.elements.clear()
-            return
-        for chain in table.chains.values():
-            for rule in chain.rules:
-                if name in _refs(rule.stmts)[1]:
-                    raise InputError(f"set {name} is still used by a rule in chain {chain.spec.name} (EBUSY)")
-        del table.sets[name]
-
-    # --- sets, maps and elements -----------------------------------------------------------------
-
-    def set_decl(self, table: _WTable, name: str, is_map: bool, *, create: bool) -> None:
-        existing = table.sets.get(name)
-        if existing is not None and create:
-            raise InputError(f"set {name} exists already (create)")
-        self.expect("{")
-        spec = existing.spec if existing else None
-        keys: tuple[str, ...] = spec.key_types if spec else ()
-        data = spec.data_type if spec else None
-        flags: set[SetFlag] = set(spec.flags) if spec else set()
-        timeout = spec.timeout_s if spec else None
-        size = spec.size if spec else None
-        comment = spec.comment if spec else None
-        pending: list[Token] | None = None
-        while True:
-            self.skip_ends()
-            word = self.take()
-            if word == "}":
-                break
-            if word == "type":
-                parts = [self.take()]
-                while self.peek() == ".":
-                    self.take()
-                    parts.append(self.take())
-                keys = tuple(parts)
-                if self.peek() == ":":
-                    self.take()
-                    dparts = [self.take()]
-                    while self.peek() == ".":
-                        self.take()
-                        dparts.append(self.take())
-                    data = " . ".join(dparts)
-            elif word == "flags":
-                flags.add(SetFlag(self.take()))
-                while self.peek() == ",":
-                    self.take()
-                    flags.add(SetFlag(self.take()))
-            elif word == "timeout":
-                timeout = parse_duration(self.take())
-            elif word == "size":
-                size = int(self.take())
-            elif word == "comment":
-                comment = self.take().strip('"')
-            elif word == "elements":
-                self.expect("=")
-                start = self.pos
-                self.skip_braces()
-                pending = self.toks[start : self.pos]
-            elif word in ("policy", "gc-interval"):
-                self.take()
-            elif word == "auto-merge":
-                pass
-            else:
-                raise InputError(f"unexpected {word!r} in set {name}")
-        if not keys:
-            raise InputError(f"set {name} has no type")
-        for k in keys:
-            if k not in ex.SELECTORS.values() and k not in (
-                "ipv4_addr",
-                "ipv6_addr",
-                "inet_proto",
-                "inet_service",
-                "mark",
-                "ifname",
-                "integer",
-            ):
-                raise InputError(f"unknown set key type {k!r} in set {name}")
-        if is_map and data is None:
-            raise InputError(f"map {name} has no data type (type KEY : DATA)")
-        if SetFlag.DYNAMIC in flags and size is None:
-            size = 65535  # nft gives a dynamic set this default size (NFT_SET_MAXSIZE-like listing)
-        new = TableSet(
-            name=name,
-            key_types=keys,
-            data_type=data,
-            flags=frozenset(flags),
-            timeout_s=timeout,
-            size=size,
-            comment=comment,
-        )
-        if existing is None:
-            table.handle()
-            existing = table.sets[name] = _WSet(new)
-        existing.spec = new
-        if pending is not None:
-            self.elements(table, existing, pending, add=True, check=False)
-
-    def skip_braces(self) -> None:
-        depth = 0
-        while True:
-            t = self.take()
-            if t == "{":
-                depth += 1
-            elif t == "}":
-                depth -= 1
-                if depth == 0:
-                    return
-
-    def cmd_element(self, word: str, table: _WTable, name: str) -> None:
-        ws = table.sets.get(name)
-        if ws is None:
-            raise InputError(f"no such set or map {name} in table {table.family} {table.name}")
-        start = self.pos
-        self.skip_braces()
-        self.elements(
-            table,
-            ws,
-            self.toks[start : self.pos],
-            add=word in ("add", "create"),
-            check=True,
-            missing_ok=word == "destroy",
-        )
-
-    def elements(
-        self,
-        table: _WTable,
-        ws: _WSet,
-        toks: list[Token],
-        *,
-        add: bool,
-        check: bool,
-        missing_ok: bool = False,
-    ) -> None:
-        s = ex._Stream([t for t in toks if t.text != NEWLINE][1:-1])
-        spec = ws.spec
-        while not s.done:
-            key = tuple(
-                ex._value(k, v)
-                for k, v in zip(spec.key_types, self._concat(s, len(spec.key_types)), strict=True)
-            )
-            comment = None
-            timeout = spec.timeout_s
-            while s.peek() in ("comment", "timeout", "expires", "counter"):
-                w = s.take()
-                if w == "comment":
-                    comment = s.take().strip('"')
-                elif w == "timeout":
-                    timeout = parse_duration(s.take())
-                elif w == "expires":
-                    s.take()
-            datum: Datum | None = None
-            if s.peek() == ":":
-                s.take()
-                datum = self._datum(s, spec)
-            if s.peek() == ",":
-                s.take()
-            if add:
-                if spec.is_map and datum is None:
-                    raise InputError(f"an element of map {spec.name} needs ': DATA'")
-                if (
-                    check
-                    and isinstance(datum, Verdict)
-                    and datum.chain is not None
-                    and datum.chain not in table.chains
-                ):
-                    raise InputError(f"no such chain {datum.chain!r} for an element of map {spec.name}")
-                ws.elements[key] = Element(
-                    key=key, data=datum, comment=comment, expires_s=None if timeout is None else timeout
-                )
-            elif key in ws.elements:
-                del ws.elements[key]
-            elif not missing_ok:
-                raise InputError(f"no such element in set {spec.name} (delete element)")
-
-    @staticmethod
-    def _concat(s: ex._Stream, n: int) -> list[str]:
-        parts = [s.take()]
-        for _ in range(n - 1):
-            s.expect(".")
-            parts.append(s.take())
-        return parts
-
-    @staticmethod
-    def _datum(s: ex._Stream, spec: TableSet) -> Datum:
-        assert spec.data_type is not None
-        if spec.data_type == "verdict":
-            return ex._verdict(s)
-        kinds = spec.data_type.split(" . ")
-        return tuple(parse_key(k, v) for k, v in zip(kinds, _Parser._concat(s, len(kinds)), strict=True))
-
-
-def _check_deferred(work: _Work) -> None:
+def _check_deferred(work: Work) -> None:
     for line, table in work.deferred:
         if work.tables.get((table.family, table.name)) is not table:
             continue
         for wc in table.chains.values():
             for rule in wc.rules:
-                chains, sets = _refs(rule.stmts)
+                chains, sets = refs(rule.stmts)
                 for c in chains:
                     if c not in table.chains:
                         raise NftablesError(
@@ -708,7 +326,7 @@ def apply(ruleset: Ruleset, text: str, *, strict: bool = True) -> Ruleset:
             or (``strict``) an expression this model does not know; the message starts with
             ``line N:``. As nf_tables_api.c aborts a batch.
     """
-    work = _Work(ruleset, strict)
+    work = Work(ruleset, strict)
     try:
         _Parser(text, work).run()
         _check_deferred(work)
@@ -722,6 +340,3 @@ def apply(ruleset: Ruleset, text: str, *, strict: bool = True) -> Ruleset:
 def load(text: str, *, strict: bool = True) -> Ruleset:
     """A ruleset from ``nft list ruleset`` output or an ``nft -f`` script (see :func:`apply`)."""
     return apply(Ruleset(), text, strict=strict)
-
-
-_ = (VerdictKind,)
