@@ -21,7 +21,7 @@ from emulation.addr import parse_address
 from emulation.netfilter.context import TraceStep
 from emulation.nftables import exprs as ex
 from emulation.nftables.listing import format_rule
-from emulation.nftables.model import Chain, Family, Rule, SetFlag, Table, TableSet
+from emulation.nftables.model import Chain, Element, Family, Rule, SetFlag, Table, TableSet
 from emulation.nftables.types import TYPE_BITS, Key, Verdict, VerdictKind, parse_key
 from emulation.node import Node
 from emulation.packet import PROTO_NUMBERS
@@ -50,8 +50,10 @@ class Flow:
         "dst",
         "dyn_sets",
         "dyn_updates",
+        "elem_counted",
         "hook",
         "iif",
+        "index",
         "length",
         "mark",
         "masquerade",
@@ -85,6 +87,7 @@ class Flow:
         length: int,
         now: float,
         choose: Callable[[int], int],
+        index: Callable[[TableSet], dict[tuple[Key, ...], Element]],
         dyn_sets: dict[tuple[Family, str, str], dict[tuple[Key, ...], float]],
         tracing: bool,
     ) -> None:
@@ -94,11 +97,13 @@ class Flow:
         self.oif: str | None = None
         self.mark, self.length, self.now = mark, length, now
         self.choose = choose
+        self.index = index
         self.dyn_sets = dyn_sets
         self.dyn_updates: list[tuple[tuple[Family, str, str], tuple[Key, ...], float]] = []
         self.tracing = tracing
         self.trace: list[TraceStep] = []
         self.counted: list[tuple[Family, str, int]] = []
+        self.elem_counted: list[tuple[Family, str, str, tuple[Key, ...]]] = []
         self.hook = ""
         self.ctstate = _CT_BITS["new"]
         self.ct_status = 0
@@ -192,13 +197,23 @@ def _in(values: tuple[int, ...], key: tuple[Key, ...]) -> bool:
     return all(low <= v <= high for v, (low, high) in zip(values, key, strict=True))
 
 
+def _count(flow: Flow, table: Table, s: TableSet, e: Element) -> None:
+    if s.counter:
+        flow.elem_counted.append((table.family, table.name, s.name, e.key))
+
+
 def _set_has(flow: Flow, table: Table, s: TableSet, values: tuple[int, ...]) -> bool:
     exact = tuple((v, v) for v in values)
     if SetFlag.INTERVAL not in s.flags:
-        if any(e.key == exact for e in s.elements):
+        found = flow.index(s).get(exact)
+        if found is not None:
+            _count(flow, table, s, found)
             return True
-    elif any(_in(values, e.key) for e in s.elements):
-        return True
+    else:
+        for e in s.elements:
+            if _in(values, e.key):
+                _count(flow, table, s, e)
+                return True
     dyn = flow.dyn_sets.get((table.family, table.name, s.name))
     if dyn is not None:
         expires = dyn.get(exact)
@@ -207,10 +222,16 @@ def _set_has(flow: Flow, table: Table, s: TableSet, values: tuple[int, ...]) -> 
     return any(k == (table.family, table.name, s.name) and key == exact for k, key, _ in flow.dyn_updates)
 
 
-def _map_get(s: TableSet, values: tuple[int, ...]) -> Verdict | None:
+def _map_get(flow: Flow, table: Table, s: TableSet, values: tuple[int, ...]) -> Element | None:
+    if SetFlag.INTERVAL not in s.flags:  # a hash lookup: flat in the number of elements
+        found = flow.index(s).get(tuple((v, v) for v in values))
+        if found is not None:
+            _count(flow, table, s, found)
+        return found
     for e in s.elements:
-        if _in(values, e.key) and isinstance(e.data, Verdict):
-            return e.data
+        if _in(values, e.key):
+            _count(flow, table, s, e)
+            return e
     return None
 
 
@@ -252,7 +273,8 @@ def _rule(flow: Flow, table: Table, rule: Rule) -> Verdict | None:
             if values is None:
                 return None
             if st.set_name is not None:
-                got = _map_get(table.sets[st.set_name], values)
+                e = _map_get(flow, table, table.sets[st.set_name], values)
+                got = e.data if e is not None and isinstance(e.data, Verdict) else None
                 if flow.tracing:
                     flow.step(
                         table,
@@ -280,7 +302,8 @@ def _rule(flow: Flow, table: Table, rule: Rule) -> Verdict | None:
             flow.reject = st.with_ or "default"
             return Verdict(VerdictKind.DROP)
         elif isinstance(st, ex.Nat):
-            _nat(flow, st)
+            if not _nat(flow, table, st):
+                return None
             return Verdict(VerdictKind.ACCEPT)
         elif isinstance(st, ex.MarkSet):
             base = flow.mark if st.target == "meta mark" else flow.ctmark
@@ -314,7 +337,29 @@ def _rule(flow: Flow, table: Table, rule: Rule) -> Verdict | None:
     return None
 
 
-def _nat(flow: Flow, st: ex.Nat) -> None:
+def _nat_lookup(flow: Flow, table: Table, st: ex.Nat) -> tuple[Key, ...] | None:
+    """The data a NAT map gives the packet, or ``None`` (no element: the rule breaks)."""
+    values = flow.key(st.map_lhs)
+    if values is None:
+        return None
+    if st.map_name is not None:
+        e = _map_get(flow, table, table.sets[st.map_name], values)
+        return e.data if e is not None and isinstance(e.data, tuple) else None
+    return next((d for k, d in st.map_entries if _in(values, k)), None)
+
+
+def _nat(flow: Flow, table: Table, st: ex.Nat) -> bool:
+    """Record what a NAT statement asks for; ``False`` when its map has no element for the packet."""
+    if st.map_lhs:
+        data = _nat_lookup(flow, table, st)
+        if data is None:
+            return False
+        port = data[1][0] if len(data) > 1 else None
+        if st.kind == "dnat":
+            flow.dnat = (data[0][0], port)
+        else:
+            flow.snat = (data[0][0], "fully-random" in st.flags or "random" in st.flags)
+        return True
     if st.kind == "dnat":
         assert st.addr is not None
         flow.dnat = (parse_address(st.addr)[1], st.port)
@@ -326,6 +371,7 @@ def _nat(flow: Flow, st: ex.Nat) -> None:
     else:
         flow.snat = (-1, "fully-random" in st.flags or "random" in st.flags)
         flow.masquerade = True
+    return True
 
 
 def _walk(flow: Flow, table: Table, chain: Chain, depth: int) -> Verdict | None:

@@ -156,13 +156,21 @@ class Counter:
 @dataclass(frozen=True, slots=True)
 class Nat:
     """``dnat``/``snat`` ``to ADDR[:PORT]``, ``masquerade``, ``redirect``, with flags
-    (``fully-random``, ``random``, ``persistent``); ``family`` is the ``ip``/``ip6`` of ``dnat ip to``."""
+    (``fully-random``, ``random``, ``persistent``); ``family`` is the ``ip``/``ip6`` of ``dnat ip to``.
+
+    ``dnat [ip] to SELECTORS map @name`` (or ``map { key : addr [. port], ... }``) takes the
+    address, and the port when the data is ``addr . port``, from a map lookup: ``map_lhs`` the
+    selectors, ``map_name`` a named map or ``map_entries`` an anonymous one.
+    """
 
     kind: str
     addr: str | None = None
     port: int | None = None
     flags: tuple[str, ...] = ()
     family: str | None = None
+    map_lhs: tuple[str, ...] = ()
+    map_name: str | None = None
+    map_entries: tuple[tuple[tuple[Key, ...], tuple[Key, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +281,19 @@ def _format_nat(stmt: Nat) -> str:
     out = stmt.kind
     if stmt.family is not None:
         out += f" {stmt.family}"
-    if stmt.addr is not None:
+    if stmt.map_lhs:
+        out += " to " + " . ".join(stmt.map_lhs) + " map "
+        if stmt.map_name is not None:
+            out += f"@{stmt.map_name}"
+        else:
+            v = "ipv6_addr" if stmt.family == "ip6" else "ipv4_addr"
+            kinds = tuple(SELECTORS[n] for n in stmt.map_lhs)
+            body = ", ".join(
+                f"{format_element(kinds, k)} : {format_element((v, 'inet_service')[: len(d)], d)}"
+                for k, d in stmt.map_entries
+            )
+            out += f"{{ {body} }}"
+    elif stmt.addr is not None:
         host = f"[{stmt.addr}]" if ":" in stmt.addr and stmt.port is not None else stmt.addr
         out += f" to {host}" + (f":{stmt.port}" if stmt.port is not None else "")
     elif stmt.port is not None:

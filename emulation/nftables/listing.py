@@ -18,12 +18,22 @@ from collections.abc import Mapping
 from emulation.nftables import exprs as ex
 from emulation.nftables.model import Chain, Family, NftHook, Rule, Ruleset, SetFlag, Table, TableSet
 from emulation.nftables.ruleset import PRIORITY_NAMES, priority_name_fits
-from emulation.nftables.types import PER_LINE
+from emulation.nftables.types import PER_LINE, Key
 
-__all__ = ["CounterKey", "canonical", "format_priority", "format_rule", "format_time", "list_ruleset"]
+__all__ = [
+    "CounterKey",
+    "ElementCounters",
+    "canonical",
+    "format_priority",
+    "format_rule",
+    "format_time",
+    "list_ruleset",
+]
 
 #: ``(family, table, rule handle)``: whose live counter a value is.
 CounterKey = tuple[Family, str, int]
+#: Packets and bytes counted per element, by ``(family, table, set, element key)``.
+ElementCounters = Mapping[tuple[Family, str, str, tuple[Key, ...]], tuple[int, int]]
 _NEWLINE_DELIM = ",\n\t\t\t     "
 _FLAG_ORDER = (SetFlag.CONSTANT, SetFlag.INTERVAL, SetFlag.DYNAMIC, SetFlag.TIMEOUT)
 
@@ -90,7 +100,7 @@ def format_rule(rule: Rule, live: ex.Counter | None = None) -> str:
     return " ".join(parts)
 
 
-def _elements(s: TableSet) -> str:
+def _elements(s: TableSet, live: ElementCounters | None, t: Table) -> str:
     elems = list(s.elements)
     if SetFlag.INTERVAL in s.flags:
         elems.sort(key=lambda e: e.key)
@@ -104,6 +114,9 @@ def _elements(s: TableSet) -> str:
                 out += _NEWLINE_DELIM
                 count = 0
         text = ex.format_element(s.key_types, e.key)
+        if s.counter:
+            p, b = live.get((t.family, t.name, s.name, e.key), (0, 0)) if live is not None else (0, 0)
+            text += f" counter packets {e.packets + p} bytes {e.bytes + b}"
         if e.comment is not None:
             text += f' comment "{e.comment}"'
         if e.data is not None and s.data_type is not None:
@@ -113,20 +126,23 @@ def _elements(s: TableSet) -> str:
     return "{ " + out + " }"
 
 
-def _set(s: TableSet) -> list[str]:
+def _set(s: TableSet, t: Table, live: ElementCounters | None) -> list[str]:
     kind = "map" if s.is_map else "set"
     typ = " . ".join(s.key_types) + (f" : {s.data_type}" if s.data_type else "")
     lines = [f"\t{kind} {s.name} {{", f"\t\ttype {typ}"]
     if s.size is not None:
         lines.append(f"\t\tsize {s.size}")
-    if s.flags:
+    if s.flags and not (s.flags == {SetFlag.TIMEOUT} and s.timeout_s is not None):
+        # (nft 1.0.6 leaves out a lone ``timeout`` flag when the set has a default timeout)
         lines.append("\t\tflags " + ",".join(f for f in _FLAG_ORDER if f in s.flags))
+    if s.counter:
+        lines.append("\t\tcounter")
     if s.timeout_s is not None:
         lines.append(f"\t\ttimeout {format_time(s.timeout_s)}")
     if s.comment is not None:
         lines.append(f'\t\tcomment "{s.comment}"')
     if s.elements:
-        lines.append(f"\t\telements = {_elements(s)}")
+        lines.append(f"\t\telements = {_elements(s, live, t)}")
     lines.append("\t}")
     return lines
 
@@ -147,13 +163,19 @@ def _chain(t: Table, c: Chain, live: Mapping[CounterKey, ex.Counter] | None) -> 
     return lines
 
 
-def list_ruleset(ruleset: Ruleset, *, counters: Mapping[CounterKey, ex.Counter] | None = None) -> str:
+def list_ruleset(
+    ruleset: Ruleset,
+    *,
+    counters: Mapping[CounterKey, ex.Counter] | None = None,
+    element_counters: ElementCounters | None = None,
+) -> str:
     """The text ``nft list ruleset`` prints for ``ruleset``; ``counters`` gives live counter
-    values by rule (a rule's ``counter`` statement shows them instead of its starting ones)."""
+    values by rule (a rule's ``counter`` statement shows them instead of its starting ones),
+    ``element_counters`` the packets and bytes counted per element since it was loaded."""
     out: list[str] = []
     for t in ruleset.tables.values():
         out.append(f"table {t.family} {t.name} {{")
-        blocks: list[list[str]] = [_set(s) for s in t.sets.values()]
+        blocks: list[list[str]] = [_set(s, t, element_counters) for s in t.sets.values()]
         blocks += [_chain(t, c, counters) for c in t.chains.values()]
         if t.comment is not None:
             out.append(f'\tcomment "{t.comment}"')

@@ -125,6 +125,8 @@ class Element:
     data: Datum | None = None
     comment: str | None = None
     expires_s: float | None = None
+    packets: int = 0
+    bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +140,7 @@ class TableSet:
         timeout_s: the default element timeout in seconds (``None``: none).
         size: the declared maximum number of elements (``None``: none declared).
         elements: the elements in insertion order.
+        counter: every element has a counter (the set's ``counter`` statement).
     """
 
     name: str
@@ -148,6 +151,7 @@ class TableSet:
     size: int | None = None
     comment: str | None = None
     elements: tuple[Element, ...] = ()
+    counter: bool = False
 
     @property
     def is_map(self) -> bool:

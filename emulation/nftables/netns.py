@@ -32,7 +32,7 @@ from emulation.netfilter.verdicts import CtState, Delivery, Verdict
 from emulation.nftables import exprs as ex
 from emulation.nftables.evaluate import Flow, run_base_chain
 from emulation.nftables.listing import CounterKey, list_ruleset
-from emulation.nftables.model import Chain, ChainType, Family, NftHook, Ruleset, Table
+from emulation.nftables.model import Chain, ChainType, Element, Family, NftHook, Ruleset, Table, TableSet
 from emulation.nftables.ruleset import apply
 from emulation.nftables.types import Key
 from emulation.node import Node
@@ -267,10 +267,23 @@ class Netns:
         self.conntrack = ConntrackTable(clock)
         #: Packets and bytes counted by each rule's ``counter``, by (family, table, handle).
         self.counted: dict[CounterKey, tuple[int, int]] = {}
+        #: Packets and bytes counted per element of sets with ``counter``.
+        self.element_counted: dict[tuple[Family, str, str, tuple[Key, ...]], tuple[int, int]] = {}
         #: Elements added from the packet path (``update @set``), with their expiry time.
         self.dynamic: dict[tuple[Family, str, str], dict[tuple[Key, ...], float]] = {}
         self.rand: Callable[[], float] | None = None
         self._stages: tuple[Ruleset, dict[tuple[NftHook, int], list[_Stage]]] | None = None
+        self._indexes: tuple[Ruleset, dict[int, dict[tuple[Key, ...], Element]]] | None = None
+
+    def index(self, s: TableSet) -> dict[tuple[Key, ...], Element]:
+        """The elements of a set of the current ruleset by key (built once per ruleset), so a
+        lookup costs the same whatever the number of elements, as the kernel's hash sets."""
+        if self._indexes is None or self._indexes[0] is not self.ruleset:
+            self._indexes = (self.ruleset, {})
+        found = self._indexes[1].get(id(s))
+        if found is None:
+            found = self._indexes[1][id(s)] = {e.key: e for e in s.elements}
+        return found
 
     def apply(self, text: str, *, strict: bool = True) -> None:
         """``nft -f``: atomic; on :class:`~.model.NftablesError` nothing changes. Counters of
@@ -293,7 +306,7 @@ class Netns:
 
     def list_ruleset(self) -> str:
         """``nft list ruleset`` with live counters."""
-        return list_ruleset(self.ruleset, counters=self.counters())
+        return list_ruleset(self.ruleset, counters=self.counters(), element_counters=self.element_counted)
 
     def stages(self, hook: NftHook, version: int) -> list[_Stage]:
         """The base chains at ``hook`` for an IPv``version`` packet, in priority order, and the
@@ -339,6 +352,7 @@ class Netns:
             length=packet.length,
             now=self.clock.now(),
             choose=choose,
+            index=self.index,
             dyn_sets=self.dynamic,
             tracing=tracing,
         )
@@ -360,6 +374,9 @@ class Netns:
         for key in flow.counted:
             p, b = self.counted.get(key, (0, 0))
             self.counted[key] = (p + 1, b + packet.length)
+        for ekey in flow.elem_counted:
+            p, b = self.element_counted.get(ekey, (0, 0))
+            self.element_counted[ekey] = (p + 1, b + packet.length)
         for name, k, expires in flow.dyn_updates:
             self.dynamic.setdefault(name, {})[k] = expires
         if commit is not None:

@@ -187,6 +187,9 @@ def _nat(s: Stream, kind: str) -> Nat:
         if s.peek() in ("ip", "ip6"):
             family = s.take()
         s.expect("to")
+        lhs = _lhs(s)
+        if lhs is not None:
+            return _nat_map(s, kind, family, lhs)
         target = s.take()
         if target.startswith("["):
             host, _, rest = target[1:].partition("]")
@@ -204,6 +207,28 @@ def _nat(s: Stream, kind: str) -> Nat:
     while s.peek() in ("fully-random", "random", "persistent"):
         flags.append(s.take())
     return Nat(kind, addr, port, tuple(flags), family)
+
+
+def _nat_map(s: Stream, kind: str, family: str | None, lhs: tuple[str, ...]) -> Nat:
+    s.expect("map")
+    if s.peek().startswith("@"):
+        return Nat(kind, family=family, map_lhs=lhs, map_name=s.take()[1:])
+    kinds = tuple(SELECTORS[n] for n in lhs)
+    addr_kind = "ipv6_addr" if family == "ip6" else "ipv4_addr"
+    s.expect("{")
+    entries = []
+    while s.peek() != "}":
+        key = _element(s, kinds)
+        s.expect(":")
+        data = [parse_value(addr_kind, s.take())]
+        if s.peek() == ".":
+            s.take()
+            data.append(parse_value("inet_service", s.take()))
+        entries.append((key, tuple(data)))
+        if s.peek() == ",":
+            s.take()
+    s.take()
+    return Nat(kind, family=family, map_lhs=lhs, map_entries=tuple(entries))
 
 
 def _statement(s: Stream) -> Stmt | str:

@@ -281,6 +281,21 @@ class _Parser(SetCommands):
         self.add_rule(table, wc, self.upto_end(), line, check=True, at=at)
 
 
+def _dynset_sizes(work: Work) -> None:
+    """A set this transaction created without ``size`` that a rule updates from the packet
+    path gets size 65535, as nft's evaluation of a dynset gives it (and lists it)."""
+    for table in work.tables.values():
+        for wc in table.chains.values():
+            for rule in wc.rules:
+                for st in rule.stmts:
+                    if not isinstance(st, ex.SetUpdate):
+                        continue
+                    ws = table.sets.get(st.set_name)
+                    created = (table.family, table.name, st.set_name) in work.created_sets
+                    if ws is not None and created and ws.spec.size is None:
+                        ws.spec = replace(ws.spec, size=65535)
+
+
 def _check_deferred(work: Work) -> None:
     for line, table in work.deferred:
         if work.tables.get((table.family, table.name)) is not table:
@@ -330,6 +345,7 @@ def apply(ruleset: Ruleset, text: str, *, strict: bool = True) -> Ruleset:
     try:
         _Parser(text, work).run()
         _check_deferred(work)
+        _dynset_sizes(work)
     except NftablesError:
         raise
     except (InputError, ValueError) as exc:

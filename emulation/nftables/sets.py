@@ -4,8 +4,7 @@ declarations (``type``, ``flags``, ``timeout``, ``size``, ``comment``, ``element
 
 As nf_tables_api.c: an element's verdict must name an existing chain (``ENOENT``),
 deleting a missing element fails unless ``destroy``, and a set still used by a rule cannot be
-deleted (``EBUSY``). A ``dynamic`` set without ``size`` is listed with ``size 65535``, as nft
-1.0.6 lists it.
+deleted (``EBUSY``). A set with the ``counter`` statement counts per element.
 """
 
 from __future__ import annotations
@@ -64,6 +63,7 @@ class SetCommands(Cursor):
         timeout = spec.timeout_s if spec else None
         size = spec.size if spec else None
         comment = spec.comment if spec else None
+        counter = spec.counter if spec else False
         pending: list[Token] | None = None
         while True:
             self.skip_ends()
@@ -92,6 +92,8 @@ class SetCommands(Cursor):
                 timeout = parse_duration(self.take())
             elif word == "size":
                 size = int(self.take())
+            elif word == "counter":
+                counter = True
             elif word == "comment":
                 comment = self.take().strip('"')
             elif word == "elements":
@@ -120,8 +122,6 @@ class SetCommands(Cursor):
                 raise InputError(f"unknown set key type {k!r} in set {name}")
         if is_map and data is None:
             raise InputError(f"map {name} has no data type (type KEY : DATA)")
-        if SetFlag.DYNAMIC in flags and size is None:
-            size = 65535  # nft gives a dynamic set this default size (NFT_SET_MAXSIZE-like listing)
         new = TableSet(
             name=name,
             key_types=keys,
@@ -129,9 +129,11 @@ class SetCommands(Cursor):
             flags=frozenset(flags),
             timeout_s=timeout,
             size=size,
+            counter=counter,
             comment=comment,
         )
         if existing is None:
+            self.work.created_sets.add((table.family, table.name, name))
             table.handle()
             existing = table.sets[name] = WSet(new)
         existing.spec = new
@@ -183,6 +185,7 @@ class SetCommands(Cursor):
             )
             comment = None
             timeout = spec.timeout_s
+            packets = octets = 0
             while s.peek() in ("comment", "timeout", "expires", "counter"):
                 w = s.take()
                 if w == "comment":
@@ -191,6 +194,11 @@ class SetCommands(Cursor):
                     timeout = parse_duration(s.take())
                 elif w == "expires":
                     s.take()
+                elif s.peek() == "packets":
+                    s.take()
+                    packets = int(s.take())
+                    s.expect("bytes")
+                    octets = int(s.take())
             datum: Datum | None = None
             if s.peek() == ":":
                 s.take()
@@ -207,8 +215,10 @@ class SetCommands(Cursor):
                     and datum.chain not in table.chains
                 ):
                     raise InputError(f"no such chain {datum.chain!r} for an element of map {spec.name}")
+                # A static element's timeout is not modelled (nothing here has a clock); it stays.
+                del timeout
                 ws.elements[key] = Element(
-                    key=key, data=datum, comment=comment, expires_s=None if timeout is None else timeout
+                    key=key, data=datum, comment=comment, packets=packets, bytes=octets
                 )
             elif key in ws.elements:
                 del ws.elements[key]

@@ -121,6 +121,8 @@ class Work:
                 {n: WChain(c, list(c.rules)) for n, c in t.chains.items()},
                 t.next_handle,
             )
+        #: ``(family, table, set)`` of the sets this transaction created.
+        self.created_sets: set[tuple[Family, str, str]] = set()
         self.deferred: list[tuple[int, WTable]] = []  # block-form tables to check at the end
 
     def freeze(self) -> Ruleset:
@@ -152,6 +154,8 @@ def refs(stmts: tuple[ex.Stmt, ...]) -> tuple[list[str], list[str]]:
                 sets.append(st.set_name)
         elif isinstance(st, ex.Match | ex.SetUpdate) and st.set_name is not None:
             sets.append(st.set_name)
+        elif isinstance(st, ex.Nat) and st.map_name is not None:
+            sets.append(st.map_name)
     return chains, sets
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from emulation import ManualClock, Packet
-from emulation.nftables import load
+from emulation.nftables import canonical, load
 from emulation.nftables.netns import Netns
 from tests.conftest import require_kernel
 from tests.emulation.nftables.rulesets import flows_ruleset
@@ -117,7 +117,8 @@ def test_emulator_predicts_endpoint_source_and_counters(node: Topology) -> None:
     kernel = sh("ip", "netns", "exec", node.names["node"], "nft", "list", "ruleset").stdout
     counted = _kernel_counters(kernel)
     assert all(p > 0 for p, _ in counted), counted  # every counter saw packets: the check has teeth
-    assert _kernel_counters(emu.list_ruleset()) == counted
+    assert _kernel_counters(canonical(emu.list_ruleset())) == _kernel_counters(canonical(kernel))
+    assert canonical(emu.list_ruleset()) == canonical(kernel)
 
 
 def test_two_endpoint_service_reaches_both_endpoints(node: Topology) -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from emulation.nftables import canonical, list_ruleset, load
 from tests.conftest import require_kernel
-from tests.emulation.nftables.rulesets import KUBE_PROXY_BLOCK, KUBE_PROXY_COMMANDS, MISC
+from tests.emulation.nftables.rulesets import KUBE_PROXY_BLOCK, KUBE_PROXY_COMMANDS, MAPS, MISC
 from tests.kernel.netns import cleanup_stale, netns, sh
 
 pytestmark = pytest.mark.kernel
@@ -33,12 +33,11 @@ def nft_load(ns: str, text: str) -> str:
     return sh("ip", "netns", "exec", ns, "nft", "list", "ruleset").stdout
 
 
-@pytest.mark.parametrize("name", ["KUBE_PROXY_BLOCK", "KUBE_PROXY_COMMANDS", "MISC"])
+@pytest.mark.parametrize("name", ["KUBE_PROXY_BLOCK", "KUBE_PROXY_COMMANDS", "MISC", "MAPS"])
 def test_listing_equals_the_kernels(ns: str, name: str) -> None:
     """The emulator lists a loaded ruleset as the kernel does (set elements sorted)."""
-    text = {"KUBE_PROXY_BLOCK": KUBE_PROXY_BLOCK, "KUBE_PROXY_COMMANDS": KUBE_PROXY_COMMANDS, "MISC": MISC}[
-        name
-    ]
+    texts = {"KUBE_PROXY_BLOCK": KUBE_PROXY_BLOCK, "KUBE_PROXY_COMMANDS": KUBE_PROXY_COMMANDS, "MISC": MISC}
+    text = (texts | {"MAPS": MAPS})[name]
     kernel = nft_load(ns, text)
     assert canonical(list_ruleset(load(text))) == canonical(kernel)
     assert canonical(list_ruleset(load(kernel))) == canonical(kernel)

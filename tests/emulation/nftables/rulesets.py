@@ -202,7 +202,8 @@ def flows_ruleset(*, pa: str, pb: str, remote: str, port: int, nodeport_ip: str)
     to ``pa``, 172.30.0.43:80/tcp without endpoints (REJECT), 172.30.0.44:80/tcp to ``remote``;
     the rest of 172.30.0.0/16 is dropped. Pod traffic (10.0.0.0/8) is not masqueraded to a
     ClusterIP; external traffic is. Counters sit where every node sees the same packets: the
-    first packet of each new flow (nat chains), the reject and the drop.
+    first packet of each new flow (nat chains, and the elements of ``service-ips``, which has
+    per-element counters), the reject and the drop.
     """
     ep_a = f"endpoint-AAAAAAAA-ns1/svc1/tcp/p80__{pa}/{port}"
     ep_b = f"endpoint-BBBBBBBB-ns1/svc1/tcp/p80__{pb}/{port}"
@@ -215,6 +216,7 @@ table ip kube-proxy {{
   set nodeport-ips {{ type ipv4_addr; elements = {{ {nodeport_ip} }} }}
   map service-ips {{
     type ipv4_addr . inet_proto . inet_service : verdict
+    counter
     elements = {{ 172.30.0.41 . tcp . 80 : goto service-1-ns1/svc1/tcp/p80,
                  172.30.0.42 . udp . 53 : goto service-2-ns2/svc2/udp/dns,
                  172.30.0.44 . tcp . 80 : goto service-4-ns4/svc4/tcp/p80 }}
@@ -322,4 +324,24 @@ table ip kube-proxy {{
     meta l4proto tcp counter dnat to {remote}:{port}
   }}
 }}
+"""
+
+
+#: NAT maps, counter sets and a dynamic set that a rule updates (nft then sizes it 65535).
+MAPS = """\
+table ip t {
+  set s { type ipv4_addr; counter; elements = { 1.1.1.1, 1.1.1.2 } }
+  set upd { type ipv4_addr; flags dynamic,timeout; timeout 1h; }
+  set plain { type ipv4_addr; flags dynamic,timeout; timeout 1h; }
+  set lone { type ipv4_addr; flags timeout; timeout 1h; }
+  map m { type ipv4_addr . inet_service : ipv4_addr . inet_service; elements = { 172.30.0.1 . 80 : 10.0.0.1 . 8080 } }
+  map vm { type ipv4_addr : verdict; counter; elements = { 2.2.2.2 : drop } }
+  chain pre { type nat hook prerouting priority dstnat; policy accept;
+    ip saddr @s counter accept
+    update @upd { ip saddr }
+    dnat ip to ip daddr . tcp dport map @m
+    ip daddr vmap @vm
+    dnat to ip daddr map { 172.30.0.2 : 10.0.0.2 }
+  }
+}
 """

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (nft rulesets are kept whole, as nft prints them)
 """Packets through the nftables model: hooks, NAT, sets and maps, numgen, counters, trace."""
 
 from __future__ import annotations
@@ -247,3 +248,33 @@ def test_ipv6_packet_skips_ip_tables_and_ip_matches_in_inet() -> None:
         Packet(src="fd00::2", dst="fd00::1", sport=1, dport=80, in_interface="eth0"), random.Random(0)
     )
     assert (o.verdict, o.delivery) == ("ACCEPT", "local")
+
+
+NAT_MAPS = """\
+table ip t {
+  map m { type ipv4_addr . inet_service : ipv4_addr . inet_service; elements = { 172.30.0.1 . 80 : 10.180.0.1 . 8080 } }
+  set hits { type ipv4_addr; counter; elements = { 10.0.0.2 } }
+  chain pre { type nat hook prerouting priority dstnat; policy accept;
+    ip saddr @hits ip daddr 172.30.0.9 drop
+    dnat ip to ip daddr . tcp dport map @m
+    dnat to ip daddr map { 172.30.0.2 : 10.180.0.2 }
+  }
+}
+"""
+
+
+def test_dnat_through_named_and_anonymous_maps() -> None:
+    """``dnat ip to ip daddr . tcp dport map @m`` takes address and port; an anonymous map the address."""
+    ns = netns(NAT_MAPS)
+    assert ns.send(tcp("10.0.0.2", "172.30.0.1", 80, "vp3"), random.Random(0)).destination == f"{PA}:{PORT}"
+    assert ns.send(tcp("10.0.0.2", "172.30.0.2", 8080, "vp3"), random.Random(0)).destination == f"{PB}:{PORT}"
+    missed = ns.send(tcp("10.0.0.2", "172.30.0.1", 81, "vp3"), random.Random(0))
+    assert (missed.dnat, missed.out_interface) == (False, "eth1")  # no element: the rule breaks
+
+
+def test_per_element_counters_count_lookups() -> None:
+    """A set with ``counter`` counts each element's hits and lists them."""
+    ns = netns(NAT_MAPS)
+    for i in range(3):
+        ns.send(tcp("10.0.0.2", "172.30.0.9", 80, "vp3", sport=100 + i), random.Random(0))
+    assert "elements = { 10.0.0.2 counter packets 3 bytes 180 }" in ns.list_ruleset()
