@@ -151,6 +151,8 @@ class _Parser(SetCommands):
     # --- chains and rules ------------------------------------------------------------------------
 
     def chain_decl(self, table: WTable, name: str, *, nested: bool, create: bool = False) -> None:
+        if ":" in name:
+            raise InputError(f"chain name {name!r} has a ':' (nft reads a colon; kube-proxy writes '.')")
         wc = table.chains.get(name)
         if wc is None:
             wc = table.chains[name] = WChain(Chain(name=name))

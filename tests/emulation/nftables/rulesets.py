@@ -195,39 +195,52 @@ table ip6 v6 {
 """
 
 
-def flows_ruleset(*, pa: str, pb: str, remote: str, port: int, nodeport_ip: str) -> str:
+def flows_ruleset(
+    *, pa: str, pb: str, remote: str, port: int, nodeport_ip: str, family: str = "ip", pod_cidr: str = "10.0.0.0/8"
+) -> str:
     """A kube-proxy-shaped table for packet flows through the kernel-test topology.
 
-    Services: 172.30.0.41:80/tcp to ``pa`` and ``pb`` (NodePort 3001 too), 172.30.0.42:53/udp
+    ``family`` ``ip`` (the addresses below) or ``ip6`` (the same shape in fd00:30::/112,
+    ``pod_cidr`` the pods' range). Services: 172.30.0.41:80/tcp to ``pa`` and ``pb`` (NodePort 3001 too), 172.30.0.42:53/udp
     to ``pa``, 172.30.0.43:80/tcp without endpoints (REJECT), 172.30.0.44:80/tcp to ``remote``;
     the rest of 172.30.0.0/16 is dropped. Pod traffic (10.0.0.0/8) is not masqueraded to a
     ClusterIP; external traffic is. Counters sit where every node sees the same packets: the
     first packet of each new flow (nat chains, and the elements of ``service-ips``, which has
     per-element counters), the reject and the drop.
     """
-    ep_a = f"endpoint-AAAAAAAA-ns1/svc1/tcp/p80__{pa}/{port}"
-    ep_b = f"endpoint-BBBBBBBB-ns1/svc1/tcp/p80__{pb}/{port}"
-    ep_u = f"endpoint-CCCCCCCC-ns2/svc2/udp/dns__{pa}/{port}"
-    ep_r = f"endpoint-DDDDDDDD-ns4/svc4/tcp/p80__{remote}/{port}"
+    ip, addr = ("ip", "ipv4_addr") if family == "ip" else ("ip6", "ipv6_addr")
+    c1, c2, c3, c4, cidr = (
+        ("172.30.0.41", "172.30.0.42", "172.30.0.43", "172.30.0.44", "172.30.0.0/16")
+        if family == "ip"
+        else ("fd00:30::41", "fd00:30::42", "fd00:30::43", "fd00:30::44", "fd00:30::/112")
+    )
+
+    def hostport(host: str) -> str:
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+    ep_a = f"endpoint-AAAAAAAA-ns1/svc1/tcp/p80__{pa.replace(':', '.')}/{port}"
+    ep_b = f"endpoint-BBBBBBBB-ns1/svc1/tcp/p80__{pb.replace(':', '.')}/{port}"
+    ep_u = f"endpoint-CCCCCCCC-ns2/svc2/udp/dns__{pa.replace(':', '.')}/{port}"
+    ep_r = f"endpoint-DDDDDDDD-ns4/svc4/tcp/p80__{remote.replace(':', '.')}/{port}"
     return f"""\
-table ip kube-proxy {{
+table {family} kube-proxy {{
   comment "rules for kube-proxy"
-  set cluster-ips {{ type ipv4_addr; comment "Active ClusterIPs"; elements = {{ 172.30.0.41, 172.30.0.42, 172.30.0.43, 172.30.0.44 }} }}
-  set nodeport-ips {{ type ipv4_addr; elements = {{ {nodeport_ip} }} }}
+  set cluster-ips {{ type {addr}; comment "Active ClusterIPs"; elements = {{ {c1}, {c2}, {c3}, {c4} }} }}
+  set nodeport-ips {{ type {addr}; elements = {{ {nodeport_ip} }} }}
   map service-ips {{
-    type ipv4_addr . inet_proto . inet_service : verdict
+    type {addr} . inet_proto . inet_service : verdict
     counter
-    elements = {{ 172.30.0.41 . tcp . 80 : goto service-1-ns1/svc1/tcp/p80,
-                 172.30.0.42 . udp . 53 : goto service-2-ns2/svc2/udp/dns,
-                 172.30.0.44 . tcp . 80 : goto service-4-ns4/svc4/tcp/p80 }}
+    elements = {{ {c1} . tcp . 80 : goto service-1-ns1/svc1/tcp/p80,
+                 {c2} . udp . 53 : goto service-2-ns2/svc2/udp/dns,
+                 {c4} . tcp . 80 : goto service-4-ns4/svc4/tcp/p80 }}
   }}
   map service-nodeports {{ type inet_proto . inet_service : verdict; elements = {{ tcp . 3001 : goto external-1-ns1/svc1/tcp/p80 }} }}
   map no-endpoint-services {{
-    type ipv4_addr . inet_proto . inet_service : verdict
-    elements = {{ 172.30.0.43 . tcp . 80 comment "ns3/svc3/tcp/p80" : goto reject-chain }}
+    type {addr} . inet_proto . inet_service : verdict
+    elements = {{ {c3} . tcp . 80 comment "ns3/svc3/tcp/p80" : goto reject-chain }}
   }}
   map no-endpoint-nodeports {{ type inet_proto . inet_service : verdict; }}
-  map firewall-ips {{ type ipv4_addr . inet_proto . inet_service : verdict; }}
+  map firewall-ips {{ type {addr} . inet_proto . inet_service : verdict; }}
   chain filter-prerouting-pre-dnat {{
     type filter hook prerouting priority dstnat - 10; policy accept;
     ct state new jump firewall-check
@@ -272,27 +285,27 @@ table ip kube-proxy {{
     masquerade fully-random
   }}
   chain cluster-ips-check {{
-    ip daddr @cluster-ips counter reject comment "Reject traffic to invalid ports of ClusterIPs"
-    ip daddr {{ 172.30.0.0/16 }} counter drop comment "Drop traffic to unallocated ClusterIPs"
+    {ip} daddr @cluster-ips counter reject comment "Reject traffic to invalid ports of ClusterIPs"
+    {ip} daddr {{ {cidr} }} counter drop comment "Drop traffic to unallocated ClusterIPs"
   }}
   chain reject-chain {{
     counter reject
   }}
   chain service-endpoints-check {{
-    ip daddr . meta l4proto . th dport vmap @no-endpoint-services
+    {ip} daddr . meta l4proto . th dport vmap @no-endpoint-services
   }}
   chain nodeport-endpoints-check {{
-    ip daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports
+    {ip} daddr @nodeport-ips meta l4proto . th dport vmap @no-endpoint-nodeports
   }}
   chain firewall-check {{
-    ip daddr . meta l4proto . th dport vmap @firewall-ips
+    {ip} daddr . meta l4proto . th dport vmap @firewall-ips
   }}
   chain services {{
-    ip daddr . meta l4proto . th dport vmap @service-ips
-    ip daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports
+    {ip} daddr . meta l4proto . th dport vmap @service-ips
+    {ip} daddr @nodeport-ips meta l4proto . th dport vmap @service-nodeports
   }}
   chain service-1-ns1/svc1/tcp/p80 {{
-    ip daddr 172.30.0.41 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+    {ip} daddr {c1} {ip} saddr != {pod_cidr} jump mark-for-masquerade
     numgen random mod 2 vmap {{ 0 : goto {ep_a}, 1 : goto {ep_b} }}
   }}
   chain external-1-ns1/svc1/tcp/p80 {{
@@ -300,28 +313,28 @@ table ip kube-proxy {{
     goto service-1-ns1/svc1/tcp/p80
   }}
   chain {ep_a} {{
-    ip saddr {pa} jump mark-for-masquerade
-    meta l4proto tcp dnat to {pa}:{port}
+    {ip} saddr {pa} jump mark-for-masquerade
+    meta l4proto tcp dnat to {hostport(pa)}
   }}
   chain {ep_b} {{
-    ip saddr {pb} jump mark-for-masquerade
-    meta l4proto tcp dnat to {pb}:{port}
+    {ip} saddr {pb} jump mark-for-masquerade
+    meta l4proto tcp dnat to {hostport(pb)}
   }}
   chain service-2-ns2/svc2/udp/dns {{
-    ip daddr 172.30.0.42 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+    {ip} daddr {c2} {ip} saddr != {pod_cidr} jump mark-for-masquerade
     numgen random mod 1 vmap {{ 0 : goto {ep_u} }}
   }}
   chain {ep_u} {{
-    ip saddr {pa} jump mark-for-masquerade
-    meta l4proto udp counter dnat to {pa}:{port}
+    {ip} saddr {pa} jump mark-for-masquerade
+    meta l4proto udp counter dnat to {hostport(pa)}
   }}
   chain service-4-ns4/svc4/tcp/p80 {{
-    ip daddr 172.30.0.44 ip saddr != 10.0.0.0/8 jump mark-for-masquerade
+    {ip} daddr {c4} {ip} saddr != {pod_cidr} jump mark-for-masquerade
     numgen random mod 1 vmap {{ 0 : goto {ep_r} }}
   }}
   chain {ep_r} {{
-    ip saddr {remote} jump mark-for-masquerade
-    meta l4proto tcp counter dnat to {remote}:{port}
+    {ip} saddr {remote} jump mark-for-masquerade
+    meta l4proto tcp counter dnat to {hostport(remote)}
   }}
 }}
 """
