@@ -32,7 +32,17 @@ from emulation.netfilter.verdicts import CtState, Delivery, Verdict
 from emulation.nftables import exprs as ex
 from emulation.nftables.evaluate import Flow, run_base_chain
 from emulation.nftables.listing import CounterKey, list_ruleset
-from emulation.nftables.model import Chain, ChainType, Element, Family, NftHook, Ruleset, Table, TableSet
+from emulation.nftables.model import (
+    Chain,
+    ChainType,
+    Element,
+    Family,
+    NftHook,
+    Rule,
+    Ruleset,
+    Table,
+    TableSet,
+)
 from emulation.nftables.ruleset import apply
 from emulation.nftables.types import Key
 from emulation.node import Node
@@ -251,6 +261,25 @@ class _Path:
         return None
 
 
+def _rules(rs: Ruleset) -> dict[CounterKey, Rule]:
+    return {
+        (t.family, t.name, r.handle): r
+        for t in rs.tables.values()
+        for c in t.chains.values()
+        for r in c.rules
+    }
+
+
+def _elements(rs: Ruleset) -> dict[tuple[Family, str, str, tuple[Key, ...]], Element]:
+    return {
+        (t.family, t.name, s.name, e.key): e
+        for t in rs.tables.values()
+        for s in t.sets.values()
+        if s.counter
+        for e in s.elements
+    }
+
+
 class Netns:
     """One node's nftables ruleset, rule counters, dynamic set elements and conntrack table.
 
@@ -287,8 +316,19 @@ class Netns:
 
     def apply(self, text: str, *, strict: bool = True) -> None:
         """``nft -f``: atomic; on :class:`~.model.NftablesError` nothing changes. Counters of
-        rules that stay (same table and handle) are kept, as the kernel keeps them."""
-        self.ruleset = apply(self.ruleset, text, strict=strict)
+        rules that stay are kept, as the kernel keeps them; those of rules gone (deleted,
+        flushed, or in a table deleted and made again, whose handles start over) are dropped."""
+        old = self.ruleset
+        new = apply(old, text, strict=strict)
+        kept = {key: rule for key, rule in _rules(new).items() if _rules(old).get(key) is rule}
+        self.counted = {k: v for k, v in self.counted.items() if k in kept}
+        old_elems, new_elems = _elements(old), _elements(new)
+        self.element_counted = {
+            k: v
+            for k, v in self.element_counted.items()
+            if k in new_elems and new_elems[k] is old_elems.get(k)
+        }
+        self.ruleset = new
 
     def counters(self) -> dict[CounterKey, ex.Counter]:
         """Every rule counter's current value: its starting value plus what was counted."""

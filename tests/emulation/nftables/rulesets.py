@@ -196,7 +196,14 @@ table ip6 v6 {
 
 
 def flows_ruleset(
-    *, pa: str, pb: str, remote: str, port: int, nodeport_ip: str, family: str = "ip", pod_cidr: str = "10.0.0.0/8"
+    *,
+    pa: str,
+    pb: str,
+    remote: str,
+    port: int,
+    nodeport_ip: str,
+    family: str = "ip",
+    pod_cidr: str = "10.0.0.0/8",
 ) -> str:
     """A kube-proxy-shaped table for packet flows through the kernel-test topology.
 

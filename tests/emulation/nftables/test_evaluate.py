@@ -278,3 +278,22 @@ def test_per_element_counters_count_lookups() -> None:
     for i in range(3):
         ns.send(tcp("10.0.0.2", "172.30.0.9", 80, "vp3", sport=100 + i), random.Random(0))
     assert "elements = { 10.0.0.2 counter packets 3 bytes 180 }" in ns.list_ruleset()
+
+
+def test_counters_survive_a_transaction_but_not_a_recreated_table() -> None:
+    """A rule that stays keeps its count; a table deleted and made again starts from 0."""
+    ns = netns()
+    udp = Packet(
+        src="203.0.113.2",
+        dst="172.30.0.42",
+        sport=5000,
+        dport=53,
+        protocol="udp",
+        in_interface="eth0",
+        length=44,
+    )
+    ns.send(udp, random.Random(0))
+    ns.apply("add element ip kube-proxy cluster-ips { 172.30.0.45 }\n")
+    assert "counter packets 1 bytes 44 jump services" in ns.list_ruleset()
+    ns.apply("delete table ip kube-proxy\n" + RULES)
+    assert "counter packets 1 " not in ns.list_ruleset()
