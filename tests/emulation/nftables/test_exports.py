@@ -19,7 +19,7 @@ def test_exports_are_sorted_and_unique() -> None:
 
 
 def test_the_stable_entry_points_keep_their_shape() -> None:
-    """load(text), apply(ruleset, text), list_ruleset(ruleset), Netns.send(packet, rng), Netns.enumerate(packet)."""
+    """The entry points keep their documented parameters (load, apply, list_ruleset, Netns.send/enumerate)."""
     assert list(inspect.signature(nft.load).parameters)[:1] == ["text"]
     assert list(inspect.signature(nft.apply).parameters)[:2] == ["ruleset", "text"]
     assert list(inspect.signature(nft.list_ruleset).parameters)[:1] == ["ruleset"]
