@@ -54,6 +54,7 @@ from kproxy.modes.userspace.addresses import (
     plan_listen,
 )
 from kproxy.modes.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace.limits import Budget, ConnectionLimits
 from kproxy.modes.userspace.tcp import (
     DEFAULT_DIAL_TIMEOUTS_S,
     ConnectionRegistry,
@@ -120,6 +121,9 @@ class UserspaceProxy:
         clock: float seconds from a monotonic clock, for ClientIP affinity.
         dial_timeouts_s: one TCP dial timeout per attempt, in seconds (kube-proxy's
             ``EndpointDialTimeouts``); a failed attempt tries the next endpoint.
+        limits: caps on open TCP connections and UDP sessions, per service port and in total;
+            None sizes them from the soft RLIMIT_NOFILE at construction
+            (:meth:`~kproxy.modes.userspace.limits.ConnectionLimits.from_nofile`).
 
     Raises:
         ConfigError: ``loopback_block`` is not an IPv4 CIDR, or ``bind_address`` is not an IP
@@ -138,6 +142,7 @@ class UserspaceProxy:
         udp_idle_timeout_s: float = DEFAULT_UDP_IDLE_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         dial_timeouts_s: tuple[float, ...] = DEFAULT_DIAL_TIMEOUTS_S,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         if not dial_timeouts_s or not all(t > 0 for t in dial_timeouts_s):
             raise InvalidArgument(f"dial_timeouts_s must be positive seconds, got {dial_timeouts_s=}")
@@ -154,6 +159,7 @@ class UserspaceProxy:
         self._loopback: dict[str, str] = {}
         self._skipped: set[_Key] = set()
         self._registry = ConnectionRegistry()
+        self._budget = Budget(limits if limits is not None else ConnectionLimits.from_nofile(), _log)
         self._tasks = TaskOwner()
         self._lock = asyncio.Lock()
         self._closed = False
@@ -271,10 +277,11 @@ class UserspaceProxy:
             if info.protocol is Protocol.TCP:
                 listener = TcpListener(name=name, balancer=balancer, clock=self._clock,
                                        dial_timeouts_s=self._dial_timeouts_s, registry=self._registry,
-                                       tasks=self._tasks)
+                                       tasks=self._tasks, budget=self._budget)
             else:
                 listener = UdpListener(name=name, balancer=balancer, clock=self._clock,
-                                       idle_timeout_s=self._udp_idle_timeout_s, tasks=self._tasks)
+                                       idle_timeout_s=self._udp_idle_timeout_s, tasks=self._tasks,
+                                       budget=self._budget)
             await listener.set_endpoints(info.internal_endpoints)
             await listener.start(sock)
         except BaseException:
@@ -312,6 +319,11 @@ class UserspaceProxy:
                 _log.error("cannot write address map", path=self._map_path, error=str(exc))
 
     # -- introspection -------------------------------------------------------------------
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        """The caps on open TCP connections and UDP sessions in force."""
+        return self._budget.limits
 
     def connections(self) -> list[TcpConnectionInfo]:
         """One :class:`TcpConnectionInfo` per open TCP connection (including those of removed ports)."""
