@@ -213,7 +213,7 @@ class _BusyLoop:
 
 
 async def test_many_services_with_short_dial_timeouts_never_mix_two_backends_in_one_connection() -> None:
-    """40 Services of two greeting pods and 800 concurrent connections whose dials often time out: one backend each."""
+    """40 Services of two greeting pods, 800 concurrent connections, dials often timing out: one backend."""
     services, pods, per_service = 40, 2, 20
     need = 5 * services * per_service + 500
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -71,20 +71,25 @@ class AcceptLoop:
                 return
             except OSError as exc:
                 if out_of_resources(exc):
-                    self._back_off(exc)
+                    self.back_off(exc, failed="accept")
                     return
                 # ECONNABORTED and the like: that client left before we accepted it.
                 continue
             self._backoff_s = 0.0
-            self._out_of_fds.clear()
             conn.setblocking(False)
             self._on_accept(conn, peer)
 
-    def _back_off(self, exc: OSError) -> None:
-        assert self._sock is not None
+    def back_off(self, exc: OSError, *, failed: str) -> None:
+        """Stop accepting for the next back-off delay: ``failed`` (accept, dial) ran out of descriptors.
+
+        The episode (logged once) is cleared by whoever next succeeds in full (a relayed
+        connection), not by a bare accept, so accept-then-fail cycles never log twice.
+        """
+        if self._sock is None or self._retry is not None:
+            return
         self._loop.remove_reader(self._sock.fileno())
         self._backoff_s = min(max(self._backoff_s * 2, ACCEPT_BACKOFF_MIN_S), ACCEPT_BACKOFF_MAX_S)
-        self._out_of_fds.hit(failed="accept", service=self._name, error=exc.strerror or str(exc),
+        self._out_of_fds.hit(failed=failed, service=self._name, error=exc.strerror or str(exc),
                              retry=f"accept again in {self._backoff_s * 1000:.0f} ms, doubling up to "
                                    f"{ACCEPT_BACKOFF_MAX_S:g} s while it lasts")
         self._retry = self._loop.call_later(self._backoff_s, self._resume)

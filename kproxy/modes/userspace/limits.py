@@ -18,20 +18,25 @@ then the manifests scan, the metrics server and every new dial fail with EMFILE.
   dial also EADDRNOTAVAIL, no ephemeral port left) from an endpoint's failure, so running out of
   descriptors is never logged or counted as an endpoint's dial failure.
 * :class:`Episode` logs such a condition once when it starts, with what is done about it, and once
-  when it ends, with how many times it hit in between, instead of a line per event.
+  when it ends, with how many times it hit in between, instead of a line per event. It ends on a
+  success at least :data:`EPISODE_SETTLE_S` after its last hit, so a condition that flaps (a
+  reset client frees the descriptor the next dial takes) stays one episode.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import resource
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from kproxy.errors import InvalidArgument
 
 __all__ = [
+    "EPISODE_SETTLE_S",
     "RESERVED_FDS_MIN",
     "Budget",
     "ConnectionLimits",
@@ -40,6 +45,9 @@ __all__ = [
     "out_of_resources",
 ]
 
+#: An episode ends on a success this many seconds after its last hit, not sooner (the accept
+#: back-off's longest delay, so a retry cycle never ends it).
+EPISODE_SETTLE_S = 1.0
 #: Descriptors never handed to connections or sessions, at least (listeners, source, logs, metrics).
 RESERVED_FDS_MIN = 64
 #: Sizing treats an unlimited or huge RLIMIT_NOFILE as this many descriptors (the kernel's default
@@ -132,28 +140,35 @@ class Episode:
         logger: a structlog logger.
         event: what happened, e.g. ``"out of file descriptors"``.
         effect: what is done about it while it lasts, e.g. ``"new connections are reset"``.
+        clock: float seconds, monotonic (default: the running event loop's time).
+        settle_s: :meth:`clear` ends the episode only this many seconds after the last hit.
     """
 
-    __slots__ = ("_effect", "_event", "_logger", "active", "hits")
+    __slots__ = ("_clock", "_effect", "_event", "_last_hit_s", "_logger", "_settle_s", "active", "hits")
 
-    def __init__(self, logger: Any, event: str, *, effect: str) -> None:
+    def __init__(self, logger: Any, event: str, *, effect: str, clock: Callable[[], float] | None = None,
+                 settle_s: float = EPISODE_SETTLE_S) -> None:
         self._logger = logger
         self._event = event
         self._effect = effect
+        self._clock = clock or (lambda: asyncio.get_running_loop().time())
+        self._settle_s = settle_s
+        self._last_hit_s = 0.0
         self.active = False
         self.hits = 0
 
     def hit(self, **fields: object) -> None:
         """Count one occurrence; the first of an episode logs a warning with ``fields``."""
         self.hits += 1
+        self._last_hit_s = self._clock()
         if not self.active:
             self.active = True
             self._logger.warning(self._event, effect=self._effect,
                                  until="it clears; one line will say so", **fields)
 
     def clear(self) -> None:
-        """End the episode (if one is open), logging how many times it hit."""
-        if self.active:
+        """A success: end the episode (if one is open and settled), logging how many times it hit."""
+        if self.active and self._clock() - self._last_hit_s >= self._settle_s:
             self._logger.info(f"{self._event}: cleared", occurrences=self.hits)
             self.active = False
             self.hits = 0

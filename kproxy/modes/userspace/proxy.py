@@ -20,10 +20,11 @@ Theory of operation. kube-proxy's userspace ``proxier.go`` ``mergeService`` in o
   always shows the port in use;
 * SCTP ports are logged and skipped: the userspace mode never served SCTP.
 
-After every apply that changed it, the address table (where each port listens) is logged through
-structlog and, when ``address_map_path`` is set, written atomically (temp file + ``os.replace``)
-as a JSON list of ``{"service", "protocol", "cluster_ip", "port", "listen"}`` dicts, mode 0644
-less the process umask (readable by the tools that look Services up).
+After every apply that changed it, the changes to the address table (where each port listens:
+entries added, removed and moved, at most :data:`TABLE_CHANGES_SHOWN` of each named) are logged
+through structlog and, when ``address_map_path`` is set, the whole table is written atomically
+(temp file + ``os.replace``) as a JSON list of ``{"service", "protocol", "cluster_ip", "port",
+"listen"}`` dicts, mode 0644 less the process umask (readable by the tools that look Services up).
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ class UserspaceProxy:
     Raises:
         ConfigError: ``loopback_block`` is not an IPv4 CIDR, or ``bind_address`` is not an IP
             address or is a wildcard (``0.0.0.0``, ``::``), which cannot answer UDP from the
-            address the client used.
+            address the client used, or ``address_map_path`` is a folder or in a folder that
+            does not exist (the message names ``--address-map``).
         InvalidArgument: ``dial_timeouts_s`` is empty or not all positive, or
             ``udp_idle_timeout_s`` is not positive.
     """
@@ -149,6 +151,8 @@ class UserspaceProxy:
         if not udp_idle_timeout_s > 0:
             raise InvalidArgument(f"udp_idle_timeout_s must be > 0 seconds, got {udp_idle_timeout_s=}")
         allocate_addresses((), block=loopback_block)  # validates the block eagerly
+        if address_map_path is not None:
+            _check_map_path(os.fspath(address_map_path))
         self._bind_address = None if bind_address is None else parse_bind_address(bind_address)
         self._block = loopback_block
         self._map_path = os.fspath(address_map_path) if address_map_path is not None else None
@@ -305,13 +309,52 @@ class UserspaceProxy:
                 return served.entry.listen
         return None
 
+    def find_listen_address(self, service: str, protocol: str = "TCP",
+                            family: IPFamily | str | None = None) -> str:
+        """The ``ip:port`` serving a port of ``service``, addressed by name or by number.
+
+        Args:
+            service: ``ns/name:PORT``, PORT being the service port's name (``http``, or
+                ``p80`` for the harness's named ports) or its number (``80``); or ``ns/name``
+                alone when the Service has one port of ``protocol`` (or an unnamed one).
+            protocol: ``"TCP"`` or ``"UDP"``.
+            family: IPv4 or IPv6 (an :class:`IPFamily` or its text); None prefers IPv4.
+
+        Raises:
+            LookupError: nothing served matches, or ``ns/name`` alone matches several ports;
+                the message lists what this Service serves.
+            InvalidArgument: ``family`` is not IPv4 or IPv6.
+        """
+        fam = _family(family)
+        base, sep, port = service.partition(":")
+        proto = protocol.upper()
+        ports = [(f, spn, s) for (f, spn), s in self._served.items()
+                 if f"{spn.namespace}/{spn.name}" == base and str(spn.protocol) == proto
+                 and (fam is None or f is fam)]
+        if sep:
+            ports = [p for p in ports if port in (p[1].port, str(p[2].identity[1]))]
+        elif len({p[1] for p in ports}) > 1:
+            ports = [p for p in ports if not p[1].port]
+        names = sorted({p[1] for p in ports}, key=str)
+        if len(names) == 1:
+            ports.sort(key=lambda p: p[0] is not IPFamily.IPv4)
+            return ports[0][2].entry.listen
+        served = sorted({f"{e.service} ({e.protocol}, port {e.port})" for e in self.address_table()
+                         if e.service.partition(":")[0] == base})
+        wanted = f"{service} over {proto}" + (f" in {fam}" if fam is not None else "")
+        if names:
+            raise LookupError(f"{wanted} matches several ports; name one, by name or number: {served}")
+        raise LookupError(f"{wanted} is not served; this Service serves {served or 'nothing'} "
+                          "(address a port as ns/name:NAME or ns/name:NUMBER)")
+
     def _publish(self) -> None:
         table = self.address_table()
         if table == self._last_table:
             return
-        self._last_table = table
+        previous, self._last_table = self._last_table or [], table
         rows = [asdict(e) for e in table]
-        _log.info("userspace address table", entries=rows)
+        _log.info("userspace address table changed", **_table_changes(previous, table),
+                  entries=len(table), **({"full_table": self._map_path} if self._map_path else {}))
         if self._map_path is not None:
             try:
                 _write_atomically(self._map_path, json.dumps(rows, indent=2) + "\n")
@@ -379,6 +422,15 @@ class UserspaceProxy:
                     await asyncio.sleep(0)
 
 
+def _family(family: IPFamily | str | None) -> IPFamily | None:
+    if family is None or isinstance(family, IPFamily):
+        return family
+    for fam in IPFamily:
+        if str(fam).lower() == str(family).lower():
+            return fam
+    raise InvalidArgument(f"family must be IPv4 or IPv6, got {family=!r}")
+
+
 def _identity(info: ServicePortInfo) -> tuple[str, int, Protocol]:
     return (info.cluster_ip, info.port, info.protocol)
 
@@ -397,6 +449,37 @@ def _port_groups(infos: Iterable[ServicePortInfo]) -> list[list[ServicePortInfo]
     return [group for chains in groups.values() for group in chains]
 
 
+#: Entries named per kind in the address-table log line; the rest are counted ("and 180 more").
+TABLE_CHANGES_SHOWN = 10
+
+
+def _table_changes(old: Sequence[AddressEntry], new: Sequence[AddressEntry]) -> dict[str, list[str]]:
+    """What changed between two address tables, for the log: ``{"added"|"removed"|"moved": [text]}``.
+
+    An entry is keyed by (service, protocol, ClusterIP); ``moved`` is a key whose listen address
+    changed. Each list names at most :data:`TABLE_CHANGES_SHOWN` entries, then ``"and N more"``;
+    empty kinds are left out.
+    """
+    def key(e: AddressEntry) -> tuple[str, str, str]:
+        return (e.service, e.protocol, e.cluster_ip)
+
+    before, after = {key(e): e for e in old}, {key(e): e for e in new}
+    changes = {
+        "added": [f"{e.service} {e.protocol} {join_host_port(e.cluster_ip, e.port)} at {e.listen}"
+                  for k, e in after.items() if k not in before],
+        "removed": [f"{e.service} {e.protocol} {join_host_port(e.cluster_ip, e.port)} was at {e.listen}"
+                    for k, e in before.items() if k not in after],
+        "moved": [f"{e.service} {e.protocol} {before[k].listen} -> {e.listen}"
+                  for k, e in after.items() if k in before and before[k].listen != e.listen],
+    }
+    out = {}
+    for kind, lines in changes.items():
+        if lines:
+            extra = len(lines) - TABLE_CHANGES_SHOWN
+            out[kind] = lines[:TABLE_CHANGES_SHOWN] + ([f"and {extra} more"] if extra > 0 else [])
+    return out
+
+
 def _log_cannot_serve(info: ServicePortInfo, exc: BaseException) -> None:
     _log.error("cannot serve service port", service=str(info.name), protocol=str(info.protocol),
                cluster_ip=info.cluster_ip, port=info.port, error=str(exc) or type(exc).__name__)
@@ -404,6 +487,20 @@ def _log_cannot_serve(info: ServicePortInfo, exc: BaseException) -> None:
 
 #: Mode of the address map file, less the process umask (applied by open(2)): world-readable.
 ADDRESS_MAP_MODE = 0o644
+
+
+def _check_map_path(path: str) -> None:
+    """Refuse an address map path that can never be written: a folder, or in a missing folder.
+
+    Raises:
+        ConfigError: naming ``--address-map``, the path and the fix.
+    """
+    if os.path.isdir(path):
+        raise ConfigError(f"--address-map: {path!r} is a folder; give the path of a file to write "
+                          f"the address table to, e.g. {os.path.join(path, 'addresses.json')!r}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ConfigError(f"--address-map: folder {folder!r} of {path!r} does not exist; create it first")
 
 
 def _write_atomically(path: str, text: str) -> None:

@@ -339,9 +339,12 @@ class TcpListener:
             except (OSError, TimeoutError) as exc:
                 if out_of_resources(exc, dial=True):
                     self.stats.out_of_resources += 1
-                    self._budget.out_of_fds.hit(failed="dial", service=self.name,
-                                                error=_describe(exc, timeout_s),
-                                                retry="none: this client is reset; new clients dial again")
+                    if self._acceptor is not None and isinstance(exc, OSError):
+                        self._acceptor.back_off(exc, failed="dial (this client is reset)")
+                    else:
+                        self._budget.out_of_fds.hit(failed="dial", service=self.name,
+                                                    error=_describe(exc, timeout_s),
+                                                    retry="none: the client is reset; new clients dial again")
                     return False
                 self.stats.dial_failures += 1
                 last = attempt + 1 == attempts

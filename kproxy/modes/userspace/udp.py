@@ -75,6 +75,7 @@ class UdpStats:
     Attributes:
         sessions_opened: client flows that got a session.
         evicted: sessions of this port closed early to make room under a session cap.
+        peak_sessions: the most sessions this port had open at once.
         dropped: datagrams dropped (no endpoint, queue full, session failed to open).
         datagrams_to_endpoint, datagrams_to_client: datagrams relayed per direction.
         bytes_to_endpoint, bytes_to_client: payload bytes relayed per direction.
@@ -82,6 +83,7 @@ class UdpStats:
 
     sessions_opened: int = 0
     evicted: int = 0
+    peak_sessions: int = 0
     dropped: int = 0
     datagrams_to_endpoint: int = 0
     datagrams_to_client: int = 0
@@ -362,6 +364,7 @@ class UdpListener:
                 return
             self._sessions[addr] = session
             self._budget.udp_sessions[session] = None
+            self.stats.peak_sessions = max(self.stats.peak_sessions, len(self._sessions))
             self.balancer.acquire(endpoint)
             self.stats.sessions_opened += 1
             session.arm(self.loop(), self.idle_timeout_s)
