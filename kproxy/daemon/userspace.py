@@ -240,8 +240,10 @@ async def serve(
     Args:
         exiting: the process exits after this returns (``kproxy run``). Then, once stopped,
             every object still alive is moved out of the cyclic garbage collector's reach
-            (``gc.freeze()``): the interpreter's final collections over them took 0.6 s of the
-            1.7-1.9 s between "stopped" and exit. Pass False to keep collecting them.
+            (``gc.freeze()``): with 200 Services the interpreter's final collections over them
+            took 0.7 to 1.5 s between "stopped" and exit, 60 to 210 ms with the freeze
+            (``tests/benchmarks/bench_userspace_shutdown.py``). Pass False when the process
+            goes on after this returns, so they are still collected.
 
     Raises:
         ConfigError: an observability address is malformed or cannot be bound, or
