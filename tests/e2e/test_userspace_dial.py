@@ -19,10 +19,11 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from structlog.testing import capture_logs
 
-from kproxy.model import IPFamily
+from kproxy.model import Endpoint, IPFamily
 from kproxy.modes.userspace import TcpStats, UserspaceProxy
-from tests.e2e.backends import TcpBackend, service_port, snapshot, split, start_tcp_backend
+from tests.e2e.backends import TcpBackend, closed_port, service_port, snapshot, split, start_tcp_backend
 
 pytestmark = pytest.mark.filterwarnings("ignore:Overriding the \"event_loop_policy\" fixture")
 
@@ -154,11 +155,28 @@ async def test_a_dial_completing_while_the_loop_stalls_past_its_timeout_is_never
     assert (stats.dial_failures, stats.relayed) == (1, 1)
 
 
-def service_endpoint(address: tuple[str, int]) -> object:
+def service_endpoint(address: tuple[str, int]) -> Endpoint:
     """The model Endpoint for ``(ip, port)``."""
-    from kproxy.model import Endpoint
-
     return Endpoint(ip=address[0], port=int(address[1]))
+
+
+async def test_a_failed_dial_logs_one_line_with_what_failed_why_and_the_retry() -> None:
+    """A refused and a timed-out dial each log one line: endpoint, attempt n/m, reason, what happens next."""
+    good = await start_tcp_backend("127.12.2.3")
+    dead = Endpoint(ip="127.12.2.1", port=closed_port("127.12.2.1"))
+    with held_endpoint("127.12.2.2") as held, capture_logs() as logs:
+        async with UserspaceProxy(dial_timeouts_s=(0.2, 0.2, 5.0)) as proxy:
+            await proxy.apply(snapshot(service_port("web", "10.96.0.10", 80, [
+                dead, service_endpoint(held.address), good.endpoint()])))
+            got = await _exchange(*split(proxy.listen_address("default/web") or ""), "ping")
+    await good.aclose()
+    assert got == f"{good.identity}\nping\n".encode()
+    dials = [e for e in logs if e["event"] == "dial failed"]
+    assert [(e["endpoint"], e["attempt"], e["error"], e["retry"]) for e in dials] == [
+        (dead.address, "1/3", "Connection refused", "now, on the next endpoint"),
+        (held.identity, "2/3", "timed out after 0.2 s", "now, on the next endpoint"),
+    ]
+    assert all("exc_info" not in e and e["log_level"] == "warning" for e in dials)
 
 
 class PodsThread:

@@ -47,6 +47,7 @@ open connections too (``Close()`` in proxysocket.go: "existing connections are l
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -132,8 +133,8 @@ def _describe(exc: BaseException, timeout_s: float) -> str:
     """Why a dial failed, for the log: ``timed out after 0.25 s`` or the OS's reason."""
     if isinstance(exc, TimeoutError) and exc.errno is None:  # asyncio.timeout's, not ETIMEDOUT
         return f"timed out after {timeout_s:g} s"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
+    if isinstance(exc, OSError) and exc.errno:  # asyncio's strerror is "Connect call failed (...)"
+        return os.strerror(exc.errno)
     return str(exc) or type(exc).__name__
 
 
