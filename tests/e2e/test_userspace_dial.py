@@ -272,3 +272,22 @@ async def _many_connections(backends: list[list[TcpBackend]], n: int) -> tuple[l
         busy.stop()
         failures = sum(_tcp_stats(proxy, f"default/web{s}").dial_failures for s in range(services))
     return answers, failures
+
+
+async def test_shutdown_during_a_held_dial_resets_the_client_and_leaves_nothing_open() -> None:
+    """aclose() during a dial held in SYN: client reset, nothing stays open, the endpoint never connects."""
+    with held_endpoint("127.12.3.1") as held:
+        proxy = UserspaceProxy(dial_timeouts_s=(5.0,))
+        await proxy.apply(snapshot(service_port("web", "10.96.0.10", 80, [service_endpoint(held.address)])))
+        reader, writer = await asyncio.open_connection(*split(proxy.listen_address("default/web") or ""))
+        writer.write(b"ping\n")
+        await asyncio.sleep(0.3)  # the dial is under way, its SYN dropped by the full queue
+        assert [c.endpoint for c in proxy.connections()] == [None]
+        await proxy.aclose(0.0)
+        held.release()
+        async with asyncio.timeout(5):
+            with pytest.raises(ConnectionResetError):
+                await reader.read()
+        writer.close()
+        await asyncio.sleep(1.5)  # a retransmitted SYN of a leaked dial would be accepted now
+        assert proxy.connections() == [] and held.accepted == []

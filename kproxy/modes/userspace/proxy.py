@@ -30,8 +30,6 @@ through structlog and, when ``address_map_path`` is set, the whole table is writ
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import json
 import os
 import socket
@@ -45,6 +43,11 @@ import structlog
 from kproxy.errors import ConfigError, InvalidArgument, InvalidTransition, KproxyError
 from kproxy.model.names import IPFamily, Protocol, ServicePortName, join_host_port
 from kproxy.model.snapshot import ServicePortInfo, Snapshot
+from kproxy.modes.userspace._table import (
+    check_map_path,
+    table_changes,
+    write_atomically,
+)
 from kproxy.modes.userspace._tasks import TaskOwner
 from kproxy.modes.userspace.addresses import (
     DEFAULT_LOOPBACK_BLOCK,
@@ -152,7 +155,7 @@ class UserspaceProxy:
             raise InvalidArgument(f"udp_idle_timeout_s must be > 0 seconds, got {udp_idle_timeout_s=}")
         allocate_addresses((), block=loopback_block)  # validates the block eagerly
         if address_map_path is not None:
-            _check_map_path(os.fspath(address_map_path))
+            check_map_path(os.fspath(address_map_path))
         self._bind_address = None if bind_address is None else parse_bind_address(bind_address)
         self._block = loopback_block
         self._map_path = os.fspath(address_map_path) if address_map_path is not None else None
@@ -353,11 +356,11 @@ class UserspaceProxy:
             return
         previous, self._last_table = self._last_table or [], table
         rows = [asdict(e) for e in table]
-        _log.info("userspace address table changed", **_table_changes(previous, table),
+        _log.info("userspace address table changed", **table_changes(previous, table),
                   entries=len(table), **({"full_table": self._map_path} if self._map_path else {}))
         if self._map_path is not None:
             try:
-                _write_atomically(self._map_path, json.dumps(rows, indent=2) + "\n")
+                write_atomically(self._map_path, json.dumps(rows, indent=2) + "\n")
             except OSError as exc:
                 _log.error("cannot write address map", path=self._map_path, error=str(exc))
 
@@ -449,83 +452,6 @@ def _port_groups(infos: Iterable[ServicePortInfo]) -> list[list[ServicePortInfo]
     return [group for chains in groups.values() for group in chains]
 
 
-#: Entries named per kind in the address-table log line; the rest are counted ("and 180 more").
-TABLE_CHANGES_SHOWN = 10
-
-
-def _table_changes(old: Sequence[AddressEntry], new: Sequence[AddressEntry]) -> dict[str, list[str]]:
-    """What changed between two address tables, for the log: ``{"added"|"removed"|"moved": [text]}``.
-
-    An entry is keyed by (service, protocol, ClusterIP); ``moved`` is a key whose listen address
-    changed. Each list names at most :data:`TABLE_CHANGES_SHOWN` entries, then ``"and N more"``;
-    empty kinds are left out.
-    """
-    def key(e: AddressEntry) -> tuple[str, str, str]:
-        return (e.service, e.protocol, e.cluster_ip)
-
-    before, after = {key(e): e for e in old}, {key(e): e for e in new}
-    changes = {
-        "added": [f"{e.service} {e.protocol} {join_host_port(e.cluster_ip, e.port)} at {e.listen}"
-                  for k, e in after.items() if k not in before],
-        "removed": [f"{e.service} {e.protocol} {join_host_port(e.cluster_ip, e.port)} was at {e.listen}"
-                    for k, e in before.items() if k not in after],
-        "moved": [f"{e.service} {e.protocol} {before[k].listen} -> {e.listen}"
-                  for k, e in after.items() if k in before and before[k].listen != e.listen],
-    }
-    out = {}
-    for kind, lines in changes.items():
-        if lines:
-            extra = len(lines) - TABLE_CHANGES_SHOWN
-            out[kind] = lines[:TABLE_CHANGES_SHOWN] + ([f"and {extra} more"] if extra > 0 else [])
-    return out
-
-
 def _log_cannot_serve(info: ServicePortInfo, exc: BaseException) -> None:
     _log.error("cannot serve service port", service=str(info.name), protocol=str(info.protocol),
                cluster_ip=info.cluster_ip, port=info.port, error=str(exc) or type(exc).__name__)
-
-
-#: Mode of the address map file, less the process umask (applied by open(2)): world-readable.
-ADDRESS_MAP_MODE = 0o644
-
-
-def _check_map_path(path: str) -> None:
-    """Refuse an address map path that can never be written: a folder, or in a missing folder.
-
-    Raises:
-        ConfigError: naming ``--address-map``, the path and the fix.
-    """
-    if os.path.isdir(path):
-        raise ConfigError(f"--address-map: {path!r} is a folder; give the path of a file to write "
-                          f"the address table to, e.g. {os.path.join(path, 'addresses.json')!r}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise ConfigError(f"--address-map: folder {folder!r} of {path!r} does not exist; create it first")
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same directory and ``os.replace``.
-
-    The temp file is created with :data:`ADDRESS_MAP_MODE` (the kernel removes the umask bits),
-    where ``mkstemp`` would give 0600 and hide the map from other users.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    base = os.path.basename(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for attempt in itertools.count():
-        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{attempt}.tmp")
-        try:
-            fd = os.open(tmp, flags, ADDRESS_MAP_MODE)
-        except FileExistsError:  # left over by a crashed process with the same pid
-            if attempt >= 100:
-                raise
-            continue
-        break
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

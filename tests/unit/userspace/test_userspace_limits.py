@@ -13,8 +13,10 @@ from structlog.testing import capture_logs
 
 from kproxy.errors import ConfigError, InvalidArgument
 from kproxy.modes.userspace import UserspaceProxy
+from kproxy.modes.userspace._table import TABLE_CHANGES_SHOWN
+from kproxy.modes.userspace._table import table_changes as _table_changes
 from kproxy.modes.userspace.limits import ConnectionLimits, Episode, out_of_resources
-from kproxy.modes.userspace.proxy import TABLE_CHANGES_SHOWN, AddressEntry, _table_changes
+from kproxy.modes.userspace.proxy import AddressEntry
 
 
 def test_default_limits_are_sized_from_the_descriptor_limit() -> None:
