@@ -146,7 +146,7 @@ class InProcessCluster:
         await self.sync()
         return key
 
-    def port_name(self, service: str) -> tuple[str, str]:
+    def resolve_port(self, service: str) -> tuple[str, str]:
         """``(ns/name, port name)`` of ``service``, given as ``ns/name[:NUMBER|:NAME]`` (module docstring).
 
         Raises:
@@ -187,7 +187,7 @@ class InProcessCluster:
         """
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise InvalidArgument(f"replicas must be an int >= 0, got {replicas=!r}")
-        base, named = self.port_name(service)
+        base, named = self.resolve_port(service)
         key: tuple[str, str, str] = (base, named if port_name is None else port_name, protocol.upper())
         backends = self._backends.setdefault(key, [])
         while len(backends) < replicas:
@@ -241,7 +241,7 @@ class InProcessCluster:
         Raises:
             LookupError: it is not served (the message lists what the Service serves).
         """
-        base, port_name = self.port_name(service)
+        base, port_name = self.resolve_port(service)
         return self.running.listen_address(f"{base}:{port_name}" if port_name else base, protocol, family)
 
     async def request(self, service: str, payload: str = "hello", *, protocol: str = "TCP",
