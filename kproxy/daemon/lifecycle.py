@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,7 +39,7 @@ from kproxy.daemon.setup import (
     read_node_facts,
     read_stdin_manifests,
 )
-from kproxy.daemon.userspace import UserspaceOptions, new_proxy, serve_with
+from kproxy.daemon.userspace import UserspaceOptions, new_proxy, raise_nofile_limit, serve_with
 from kproxy.errors import ConfigError
 from kproxy.model import KubeObject
 from kproxy.modes.userspace import UserspaceProxy, check_bind_address, check_loopback_block
@@ -178,6 +179,8 @@ async def run_daemon(load: Callable[[], RunConfig], first: RunConfig | None = No
             check_bind_address(run.userspace.bind_address)
         else:
             check_loopback_block(run.userspace.loopback_block)
+    if run.proxy_mode == "userspace":
+        raise_nofile_limit()  # before the connection caps are sized from it
     signals = Signals()
     signals.install(asyncio.get_running_loop())
     stdin_objects = read_stdin_manifests() if run.source.reads_stdin else None  # a stream is read once
@@ -217,3 +220,4 @@ async def run_daemon(load: Callable[[], RunConfig], first: RunConfig | None = No
             with contextlib.suppress(asyncio.CancelledError):
                 await _close(proxy, run.userspace.drain_timeout_s, signals)
     _log.info("stopped")
+    gc.freeze()  # the process exits now: spare it the final collections (see daemon.userspace.serve)
