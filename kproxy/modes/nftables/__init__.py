@@ -12,6 +12,7 @@ Ports are walked sorted by ServicePortName rather than in Go's random map order.
 
 from kproxy.modes.nftables.canonical import canonical_listing, sort_transaction
 from kproxy.modes.nftables.config import NODEPORT_ADDRESSES_PRIMARY, NftablesConfig
+from kproxy.modes.nftables.mode import FULL_SYNC_PERIOD_S, NftablesMode, SyncRecord
 from kproxy.modes.nftables.names import (
     TABLE,
     affinity_set_name,
@@ -28,12 +29,15 @@ from kproxy.modes.nftables.renderer import (
 )
 
 __all__ = [
+    "FULL_SYNC_PERIOD_S",
     "NODEPORT_ADDRESSES_PRIMARY",
     "STALE_CHAIN_AGE_S",
     "TABLE",
     "NftablesConfig",
+    "NftablesMode",
     "NftablesRenderer",
     "RenderResult",
+    "SyncRecord",
     "affinity_set_name",
     "canonical_listing",
     "endpoint_chain_name",
