@@ -43,7 +43,8 @@ IPTABLES_ONLY = {"nodeport-from-localhost", "etp-local-nodeport-from-localhost",
 
 #: The nftables-only expectations (kube-proxy's TestClusterIPGeneral, TestNodePorts, KEP-3866).
 NFT_CASES = (
-    Case(name="clusterip-undefined-port-rejected", source="pod", dst="172.30.0.41", dport=9999, verdict="REJECT"),
+    Case(name="clusterip-undefined-port-rejected", source="pod", dst="172.30.0.41", dport=9999,
+         verdict="REJECT"),
     Case(name="unallocated-clusterip-dropped", source="pod", dst="172.30.0.99", dport=80, verdict="DROP"),
     Case(name="no-localhost-nodeports", source="localhost", dst="127.0.0.1", dport=30003, verdict="REJECT"),
     Case(name="nodeport-only-on-primary-ip", source="external", dst=CLIENT_GW, dport=30003, verdict="REJECT"),
@@ -55,7 +56,8 @@ def node() -> Iterator[Topology]:
     require_kernel("nft")
     with topology() as topo:
         kernel = LinuxNftables(IPFamily.IPv4, netns=topo.names["node"], timeout_s=30.0)
-        asyncio.run(NftablesMode(CONFIG, kernel, now=lambda: 0.0).apply(snapshot_of(cluster(), hostname=NODE)))
+        mode = NftablesMode(CONFIG, kernel, now=lambda: 0.0)
+        asyncio.run(mode.apply(snapshot_of(cluster(), hostname=NODE)))
         yield topo
 
 

@@ -61,9 +61,9 @@ def test_second_full_sync_loads_over_the_first(ns: str) -> None:
 
 def test_ipv6_transaction_loads(ns: str) -> None:
     """The ip6 table of a dual-stack cluster loads (bracketed DNAT targets, ip6 matches)."""
-    docs = [service("ns1", "svc1", "fd00:172:30::41", [port("p80", 80, nodePort=3001)], type="LoadBalancer",
-                    ipFamilies=["IPv6"], ingress=["2001:db8:5::1"], loadBalancerSourceRanges=["2001:db8:7::/64"],
-                    sessionAffinity="ClientIP"),
+    docs = [service("ns1", "svc1", "fd00:172:30::41", [port("p80", 80, nodePort=3001)],
+                    type="LoadBalancer", ipFamilies=["IPv6"], ingress=["2001:db8:5::1"],
+                    loadBalancerSourceRanges=["2001:db8:7::/64"], sessionAffinity="ClientIP"),
             endpoint_slice("ns1", "svc1", [ep("fd00:10:180::1"), ep("fd00:10:180::2", "test-node")],
                            [("p80", 80, "TCP")], family="IPv6")]
     text = render_transaction(snapshot_of(docs), FAKE.for_family(IPFamily.IPv6))
