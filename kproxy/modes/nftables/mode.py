@@ -7,8 +7,10 @@ mode.apply(snapshot)``). It follows kube-proxy's nftables ``syncProxyRules``:
 
 1. Decide full or partial: full at start, after a failure, when asked (:meth:`request_full`) and
    when the last full sync is older than ``full_sync_period_s`` (``FullSyncPeriod``, one hour).
-2. Read the family's ``kube-proxy`` table (``nft list table``): its per-service chains and its
-   sets, so stale ones are flushed (and later deleted) or deleted.
+2. On a full sync read the family's ``kube-proxy`` table (``nft list table``): its per-service
+   chains and sets, so those an earlier run left are flushed (and later deleted) or deleted. A
+   partial sync trusts what the renderer committed (kube-proxy lists every sync; as the table's
+   only writer the outcome is the same, without reading 100,000 chains each time).
 3. Render with :class:`~kproxy.modes.nftables.NftablesRenderer`; run the stale-chain deletions
    first in their own transaction (a failure there is logged, as kube-proxy does: the chains
    are found again next time), then the sync's transaction.
@@ -102,8 +104,13 @@ class NftablesMode:
         now_s = self._now()
         if self._last_full_s is not None and now_s - self._last_full_s > self._period_s:
             self.renderer.request_full()
-        chains, sets = table_objects(await self.kernel.list_ruleset())
-        result = self.renderer.render(snapshot, existing_chains=chains, existing_sets=sets, now_s=now_s)
+        if self.renderer.needs_full or self.renderer.applied is None:
+            chains, sets = table_objects(await self.kernel.list_ruleset())
+            result = self.renderer.render(snapshot, existing_chains=chains, existing_sets=sets, now_s=now_s)
+        else:
+            # The table's only writer knows what it holds; listing 100,000 chains every sync would
+            # cost more than the sync (kube-proxy lists; the result is the same).
+            result = self.renderer.render(snapshot, now_s=now_s)
         if result.cleanup:
             try:
                 await self.kernel.run(result.cleanup)

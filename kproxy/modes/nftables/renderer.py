@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kproxy.errors import InvalidArgument
-from kproxy.model.names import IPFamily, NamespacedName
+from kproxy.model.names import IPFamily, ServicePortName
 from kproxy.model.snapshot import ServicePortInfo, Snapshot
 from kproxy.modes.nftables.config import FamilyContext, NftablesConfig, family_context
 from kproxy.modes.nftables.names import is_affinity_set_name, is_service_chain_name
@@ -68,17 +69,124 @@ class RenderResult:
     deleted_chains: tuple[str, ...] = ()
 
 
+_Ref = tuple[str, str]  # (container, key) of one element
+_Key = tuple[IPFamily, ServicePortName]
+
+
 @dataclass(slots=True)
 class _Pending:
+    """What a render changes, applied to the renderer only by :meth:`NftablesRenderer.commit`."""
+
     result: RenderResult
     snapshot: Snapshot
-    storage: _Storage
+    ports: dict[_Key, PortPlan | None] = field(default_factory=dict)
+    values: dict[_Ref, str | None] = field(default_factory=dict)
+    owners: dict[_Ref, int] = field(default_factory=dict)
+    chains: dict[str, int] = field(default_factory=dict)
+    sets: dict[str, int] = field(default_factory=dict)
     stale: dict[str, float] = field(default_factory=dict)
 
 
-def _order(info: ServicePortInfo) -> tuple[str, str, str, str]:
-    spn = info.name
+_T = TypeVar("_T")
+
+
+def _merge_counts(table: dict[_T, int], updates: dict[_T, int]) -> None:
+    for name, n in updates.items():
+        if n > 0:
+            table[name] = n
+        else:
+            table.pop(name, None)
+
+
+def _order(key: _Key) -> tuple[str, str, str, str]:
+    spn = key[1]
     return (spn.namespace, spn.name, spn.port, spn.protocol.value)
+
+
+class _Sync:
+    """One render's bookkeeping over the committed state (reference counts of elements, chains and
+    affinity sets owned by ports), so a partial render touches only the ports that changed."""
+
+    def __init__(self, r: NftablesRenderer, tx: Transaction, pending: _Pending) -> None:
+        self.r, self.tx, self.p = r, tx, pending
+
+    def _count(self, table: dict[str, int], committed: dict[str, int], name: str, delta: int) -> None:
+        table[name] = table.get(name, committed.get(name, 0)) + delta
+
+    def present(self, ref: _Ref) -> bool:
+        if ref in self.p.values:
+            return self.p.values[ref] is not None
+        return ref[1] in self.r._storage[ref[0]]
+
+    def value(self, ref: _Ref) -> str | None:
+        if ref in self.p.values:
+            return self.p.values[ref]
+        return self.r._storage[ref[0]].get(ref[1])
+
+    def drop(self, plan: PortPlan) -> None:
+        """The port's previous plan no longer holds its elements, chains and sets."""
+        for el in plan.elements:
+            ref = (el.container, el.key)
+            self.p.owners[ref] = self.p.owners.get(ref, self.r._owners.get(ref, 0)) - 1
+        for chain in plan.chains:
+            self._count(self.p.chains, self.r._chains, chain, -1)
+        for name in plan.affinity_sets:
+            self._count(self.p.sets, self.r._sets, name, -1)
+
+    def write(self, plan: PortPlan, rewrite: bool) -> None:
+        """Hold the port's elements, chains and sets; write its chains when ``rewrite``."""
+        tx = self.tx
+        for chain in plan.chains:
+            self._count(self.p.chains, self.r._chains, chain, +1)
+            if rewrite:
+                tx.ensure_chain(chain)
+        for name in plan.affinity_sets:
+            self._count(self.p.sets, self.r._sets, name, +1)
+        for el in plan.elements:
+            ref = (el.container, el.key)
+            self.p.owners[ref] = self.p.owners.get(ref, self.r._owners.get(ref, 0)) + 1
+            old = self.value(ref)
+            if old is None:
+                tx.element("add", el.container, el.key, el.value, el.comment)
+            elif old != el.value:
+                tx.element("delete", el.container, el.key)
+                tx.element("add", el.container, el.key, el.value, el.comment)
+            self.p.values[ref] = el.value
+        if rewrite:
+            for kind, name, text in plan.body:
+                if kind == "set":
+                    tx.op("add", "set", name, text)
+                else:
+                    rule, _, comment = text.partition(' comment "')
+                    tx.rule(name, rule, comment[:-1] if comment else "")
+
+    def finish(self, existing_chains: Collection[str] | None, existing_sets: Collection[str] | None,
+               deleted: tuple[str, ...], now_s: float) -> None:
+        """Flush stale chains, delete stale affinity sets and elements no port holds."""
+        p, tx = self.p, self.tx
+        stale = p.stale
+        active = {c for c, n in p.chains.items() if n > 0}
+        for chain in [c for c in stale if c in active]:
+            del stale[chain]
+        flush = {c for c, n in p.chains.items() if n <= 0 and self.r._chains.get(c, 0) > 0} | set(stale)
+        if existing_chains is not None:
+            held = {c for c, n in self.r._chains.items() if n > 0 and p.chains.get(c, 1) > 0} | active
+            flush |= {c for c in set(existing_chains).difference(deleted) - held if is_service_chain_name(c)}
+        for chain in sorted(flush):
+            tx.op("flush", "chain", chain)
+            stale[chain] = now_s
+        gone = {s for s, n in p.sets.items() if n <= 0 and self.r._sets.get(s, 0) > 0}
+        if existing_sets is not None:
+            live = {s for s, n in self.r._sets.items() if n > 0 and p.sets.get(s, 1) > 0}
+            live |= {s for s, n in p.sets.items() if n > 0}
+            gone |= {s for s in existing_sets if is_affinity_set_name(s) and s not in live}
+        for name in sorted(gone):
+            tx.op("delete", "set", name)
+        for _, container in ELEMENT_CONTAINERS:
+            for ref in sorted(r for r, n in p.owners.items() if r[0] == container and n <= 0):
+                if self.present(ref):
+                    tx.element("delete", container, ref[1])
+                p.values[ref] = None
 
 
 class NftablesRenderer:
@@ -97,6 +205,10 @@ class NftablesRenderer:
         self._first = True
         self._applied: Snapshot | None = None
         self._storage: _Storage = {name: {} for _, name in ELEMENT_CONTAINERS}
+        self._owners: dict[_Ref, int] = {}
+        self._chains: dict[str, int] = {}
+        self._sets: dict[str, int] = {}
+        self._ports: dict[_Key, PortPlan] = {}
         self._stale: dict[str, float] = {}
         self._pending: _Pending | None = None
         self._plans: dict[int, tuple[ServicePortInfo, PortPlan]] = {}
@@ -137,22 +249,25 @@ class NftablesRenderer:
             held = self._plans[id(info)] = (info, port_plan(info, self._ctx))
         return held[1]
 
-    def _changed(self, applied: Snapshot, snapshot: Snapshot) -> frozenset[NamespacedName]:
+    def _changed(self, applied: Snapshot, snapshot: Snapshot) -> set[tuple[str, str]]:
         if snapshot.revision == applied.revision + 1:
-            return frozenset(spn.service for spn in snapshot.changed)
+            return {(spn.namespace, spn.name) for spn in snapshot.changed}
         old, new = applied.ports, snapshot.ports
-        return frozenset(k[1].service for k in old.keys() | new.keys()
-                         if old.get(k) is not new.get(k) and old.get(k) != new.get(k))
+        return {(k[1].namespace, k[1].name) for k in old.keys() | new.keys()
+                if old.get(k) is not new.get(k) and old.get(k) != new.get(k)}
 
-    def render(self, snapshot: Snapshot, *, existing_chains: Collection[str] = (),
-               existing_sets: Collection[str] = (), now_s: float = 0.0,
+    def render(self, snapshot: Snapshot, *, existing_chains: Collection[str] | None = None,
+               existing_sets: Collection[str] | None = None, now_s: float = 0.0,
                full: bool | None = None) -> RenderResult:
         """Render ``snapshot``; nothing is remembered until :meth:`commit`.
 
         Args:
             snapshot: the state to program.
-            existing_chains: the chains of the family's ``kube-proxy`` table in the kernel now.
-            existing_sets: its sets (for stale affinity sets).
+            existing_chains: the chains of the family's ``kube-proxy`` table in the kernel now
+                (``nft list table``), as kube-proxy lists them every sync; None trusts what this
+                renderer committed (it is the table's only writer). Per-service chains among
+                them that no port uses are flushed as stale.
+            existing_sets: its sets, for stale affinity sets (None: as committed).
             now_s: the clock (seconds), for the age of stale chains.
             full: force a full (True) or partial (False) render; None follows :attr:`needs_full`.
 
@@ -165,68 +280,53 @@ class NftablesRenderer:
         if not full and applied is None:
             raise InvalidArgument("a partial render needs a committed render first; pass full=True or None")
         stale = dict(self._stale)
-        cleanup = Transaction(self._ctx.ip)
         deleted = tuple(sorted(c for c, at in stale.items() if at < now_s - STALE_CHAIN_AGE_S))
+        cleanup = Transaction(self._ctx.ip)
         for chain in deleted:
             cleanup.op("delete", "chain", chain)
             del stale[chain]
         tx = Transaction(self._ctx.ip)
-        storage: _Storage = {name: ({} if full else dict(held)) for name, held in self._storage.items()}
+        pending = _Pending(result=RenderResult(full=full, text=""), snapshot=snapshot, stale=stale)
+        sync = _Sync(self, tx, pending)
         if full:
             setup(tx, self._ctx, first=self._first)
-        changed = frozenset() if full or applied is None else self._changed(applied, snapshot)
-        ports = sorted((info for (fam, _), info in snapshot.ports.items() if fam is self._family), key=_order)
-        active: set[str] = set()
-        active_sets: set[str] = set()
-        leftover = {name: set(held) for name, held in storage.items()}
-        written = 0
-        for info in ports:
-            plan = self._plan(info)
-            rewrite = full or info.name.service in changed
-            active.update(plan.chains)
-            active_sets.update(plan.affinity_sets)
-            if rewrite:
-                written += 1
-                for chain in plan.chains:
-                    tx.ensure_chain(chain)
-            for el in plan.elements:
-                held = storage[el.container]
-                old = held.get(el.key)
-                if old is None:
-                    tx.element("add", el.container, el.key, el.value, el.comment)
-                    held[el.key] = el.value
-                else:
-                    if old != el.value:
-                        tx.element("delete", el.container, el.key)
-                        tx.element("add", el.container, el.key, el.value, el.comment)
-                        held[el.key] = el.value
-                    leftover[el.container].discard(el.key)
-            if rewrite:
-                for kind, name, text in plan.body:
-                    if kind == "set":
-                        tx.op("add", "set", name, text)
-                    else:
-                        rule, _, comment = text.partition(' comment "')
-                        tx.rule(name, rule, comment[:-1] if comment else "")
-        for chain in sorted(set(existing_chains) - set(deleted)):
-            if not is_service_chain_name(chain):
+            self._reset_into(pending)
+        changed = set() if full or applied is None else self._changed(applied, snapshot)
+        fam, old_ports = self._family, self._ports
+        work: list[tuple[_Key, PortPlan | None, PortPlan | None, bool]] = []
+        for key, info in snapshot.ports.items():
+            if key[0] is not fam:
                 continue
-            if chain in active:
-                stale.pop(chain, None)
-            else:
-                tx.op("flush", "chain", chain)
-                stale[chain] = now_s
-        for name in sorted(existing_sets):
-            if is_affinity_set_name(name) and name not in active_sets:
-                tx.op("delete", "set", name)
-        for _, name in ELEMENT_CONTAINERS:
-            for key in sorted(leftover[name]):
-                tx.element("delete", name, key)
-                del storage[name][key]
-        result = RenderResult(full=full, text=tx.text(), cleanup=cleanup.text(), operations=len(tx),
-                              written_ports=written, stale_chains=frozenset(stale), deleted_chains=deleted)
-        self._pending = _Pending(result, snapshot, storage, stale)
-        return result
+            plan = self._plan(info)
+            old = None if full else old_ports.get(key)
+            rewrite = full or (key[1].namespace, key[1].name) in changed or (old is not plan and old != plan)
+            if rewrite:
+                work.append((key, old, plan, True))
+        if not full:
+            current = {k for k in snapshot.ports if k[0] is fam}
+            work.extend((key, old_ports[key], None, False) for key in old_ports.keys() - current)
+        work.sort(key=lambda w: _order(w[0]))
+        for key, old, new, _ in work:
+            if old is not None:
+                sync.drop(old)
+            pending.ports[key] = new
+        for _, _, new, rewrite in work:
+            if new is not None:
+                sync.write(new, rewrite)
+        sync.finish(existing_chains, existing_sets, deleted, now_s)
+        pending.result = RenderResult(
+            full=full, text=tx.text(), cleanup=cleanup.text(), operations=len(tx),
+            written_ports=sum(1 for w in work if w[3]), stale_chains=frozenset(stale), deleted_chains=deleted)
+        self._pending = pending
+        return pending.result
+
+    def _reset_into(self, pending: _Pending) -> None:
+        """A full render starts from empty containers: every committed count goes to zero."""
+        pending.owners.update((ref, 0) for ref in self._owners)
+        pending.values.update((ref, None) for ref in self._owners)
+        pending.chains.update((c, 0) for c in self._chains)
+        pending.sets.update((s, 0) for s in self._sets)
+        pending.ports.update((k, None) for k in self._ports)
 
     def commit(self, result: RenderResult) -> None:
         """``result`` (the last render) was applied: remember its state.
@@ -234,18 +334,34 @@ class NftablesRenderer:
         Raises:
             InvalidArgument: ``result`` is not the last render, or was already committed.
         """
-        pending = self._pending
-        if pending is None or pending.result is not result:
+        p = self._pending
+        if p is None or p.result is not result:
             raise InvalidArgument("commit() expects the RenderResult of the latest render()")
-        self._applied = pending.snapshot
-        self._storage = pending.storage
-        self._stale = pending.stale
+        if result.full:
+            self._owners, self._chains, self._sets, self._ports = {}, {}, {}, {}
+            self._storage = {name: {} for _, name in ELEMENT_CONTAINERS}
+        for (container, element), value in p.values.items():
+            if value is None:
+                self._storage[container].pop(element, None)
+            else:
+                self._storage[container][element] = value
+        _merge_counts(self._owners, p.owners)
+        _merge_counts(self._chains, p.chains)
+        _merge_counts(self._sets, p.sets)
+        for port, plan in p.ports.items():
+            if plan is None:
+                self._ports.pop(port, None)
+            else:
+                self._ports[port] = plan
+        self._applied = p.snapshot
+        self._stale = p.stale
         self._pending = None
         self._needs_full = False
         if result.full:
             self._first = False
-        live = {id(info) for info in pending.snapshot.ports.values()}
-        self._plans = {i: p for i, p in self._plans.items() if i in live}
+        if result.full or len(self._plans) > 2 * len(self._ports) + 64:
+            live = {id(info) for info in p.snapshot.ports.values()}
+            self._plans = {i: held for i, held in self._plans.items() if i in live}
 
 
 def render_transaction(snapshot: Snapshot, config: NftablesConfig) -> str:

@@ -32,16 +32,19 @@ add element ip kube-proxy service-ips { 172.30.0.43 . tcp . 80 : goto service-4A
 class Node:
     """One renderer and the fake kernel it programs, synced as kube-proxy's ``syncProxyRules``."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, listing: bool = True) -> None:
+        self.listing = listing
         self.renderer = NftablesRenderer(FAKE)
         self.kernel = Dump()
         self.now_s = 100.0
         self.last: RenderResult | None = None
 
     def sync(self, snapshot: Snapshot) -> RenderResult:
-        chains = set(self.kernel.chains)
-        sets = set(self.kernel.sets)
-        result = self.renderer.render(snapshot, existing_chains=chains, existing_sets=sets, now_s=self.now_s)
+        if self.listing:
+            chains, sets = set(self.kernel.chains), set(self.kernel.sets)
+            result = self.renderer.render(snapshot, existing_chains=chains, existing_sets=sets, now_s=self.now_s)
+        else:
+            result = self.renderer.render(snapshot, now_s=self.now_s)
         self.kernel.apply(result.cleanup)
         self.kernel.apply(result.text)
         self.renderer.commit(result)
@@ -173,3 +176,23 @@ def test_full_sync_over_a_previous_run_flushes_its_leftover_chains() -> None:
     result = node.sync(snapshot_of([]))
     assert "flush chain ip kube-proxy service-OLD0000-ns9/gone/tcp/p" in result.text
     assert result.stale_chains == {"service-OLD0000-ns9/gone/tcp/p"}
+
+
+def test_partial_syncs_without_listing_write_the_same() -> None:
+    """Trusting the committed state (no listing on partial syncs) writes exactly what listing writes."""
+    svc = [_svc(f"ns{i}", f"svc{i}", f"172.30.0.{40 + i}", "p80", 80) for i in range(4)]
+    eps = [_eps(f"ns{i}", f"svc{i}", "p80", 80, f"10.0.{i}.1", f"10.0.{i}.2") for i in range(4)]
+    one = [_eps(f"ns{i}", f"svc{i}", "p80", 80, f"10.0.{i}.3") for i in range(4)]
+    states = [svc + eps, svc[:2] + eps[:2], svc + one[:3], svc[1:] + eps[1:], svc + eps, svc[:1]]
+    nodes = Node(listing=True), Node(listing=False)
+    snaps = [snapshot_of(states[0])]
+    for docs in states[1:]:
+        snaps.append(next_snapshot(snaps[-1], docs))
+    for snap in snaps:
+        texts = []
+        for node in nodes:
+            result = node.sync(snap)
+            texts.append((result.cleanup, result.text))
+            node.now_s += 0.7
+        assert texts[0] == texts[1]
+    assert nodes[0].state() == nodes[1].state()
