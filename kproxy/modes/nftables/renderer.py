@@ -71,6 +71,7 @@ class RenderResult:
 
 _Ref = tuple[str, str]  # (container, key) of one element
 _Key = tuple[IPFamily, ServicePortName]
+_Work = tuple[_Key, int, "PortPlan | None", "PortPlan | None"]
 
 
 @dataclass(slots=True)
@@ -79,7 +80,7 @@ class _Pending:
 
     result: RenderResult
     snapshot: Snapshot
-    ports: dict[_Key, PortPlan | None] = field(default_factory=dict)
+    ports: dict[int, tuple[_Key, ServicePortInfo, PortPlan] | None] = field(default_factory=dict)
     values: dict[_Ref, str | None] = field(default_factory=dict)
     owners: dict[_Ref, int] = field(default_factory=dict)
     chains: dict[str, int] = field(default_factory=dict)
@@ -208,7 +209,9 @@ class NftablesRenderer:
         self._owners: dict[_Ref, int] = {}
         self._chains: dict[str, int] = {}
         self._sets: dict[str, int] = {}
-        self._ports: dict[_Key, PortPlan] = {}
+        #: id(ServicePortInfo) -> (key, info, plan) of every committed port (the info held
+        #: keeps its id from being reused).
+        self._ports: dict[int, tuple[_Key, ServicePortInfo, PortPlan]] = {}
         self._stale: dict[str, float] = {}
         self._pending: _Pending | None = None
         self._plans: dict[int, tuple[ServicePortInfo, PortPlan]] = {}
@@ -292,33 +295,63 @@ class NftablesRenderer:
             setup(tx, self._ctx, first=self._first)
             self._reset_into(pending)
         changed = set() if full or applied is None else self._changed(applied, snapshot)
-        fam, old_ports = self._family, self._ports
-        work: list[tuple[_Key, PortPlan | None, PortPlan | None, bool]] = []
-        for key, info in snapshot.ports.items():
-            if key[0] is not fam:
-                continue
-            plan = self._plan(info)
-            old = None if full else old_ports.get(key)
-            rewrite = full or (key[1].namespace, key[1].name) in changed or (old is not plan and old != plan)
-            if rewrite:
-                work.append((key, old, plan, True))
-        if not full:
-            current = {k for k in snapshot.ports if k[0] is fam}
-            work.extend((key, old_ports[key], None, False) for key in old_ports.keys() - current)
-        work.sort(key=lambda w: _order(w[0]))
-        for key, old, new, _ in work:
+        work = self._work(snapshot, full, changed, pending)
+        for _, ident, old, _new in work:
             if old is not None:
                 sync.drop(old)
-            pending.ports[key] = new
-        for _, _, new, rewrite in work:
+            pending.ports.setdefault(ident, None)
+        for key, _, _, new in work:
             if new is not None:
-                sync.write(new, rewrite)
+                info = snapshot.ports[key]
+                pending.ports[id(info)] = (key, info, new)
+                sync.write(new, True)
         sync.finish(existing_chains, existing_sets, deleted, now_s)
         pending.result = RenderResult(
             full=full, text=tx.text(), cleanup=cleanup.text(), operations=len(tx),
-            written_ports=sum(1 for w in work if w[3]), stale_chains=frozenset(stale), deleted_chains=deleted)
+            written_ports=sum(1 for w in work if w[3] is not None), stale_chains=frozenset(stale),
+            deleted_chains=deleted)
         self._pending = pending
         return pending.result
+
+    def _work(self, snapshot: Snapshot, full: bool, changed: set[tuple[str, str]],
+              pending: _Pending) -> list[_Work]:
+        """``(key, id, old plan, new plan)`` of every port to drop or (re)write, in port order.
+
+        Ports are matched by the identity of their ServicePortInfo first (the change tracker
+        reuses the objects of unchanged Services, so an unchanged port costs no hashing of its
+        key), then by key and equality (a snapshot built afresh); an equal port is only rebound.
+        """
+        fam, committed = self._family, self._ports
+        work: list[_Work] = []
+        seen: set[int] = set()
+        by_key: dict[_Key, int] | None = None
+        for key, info in snapshot.ports.items():
+            if key[0] is not fam:
+                continue
+            ident = id(info)
+            seen.add(ident)
+            held = None if full else committed.get(ident)
+            if held is not None and held[1] is not info:
+                held = None
+            svc_changed = bool(changed) and (key[1].namespace, key[1].name) in changed
+            if held is None and not full:
+                by_key = {h[0]: i for i, h in committed.items()} if by_key is None else by_key
+                old_ident = by_key.get(key)
+                if old_ident is not None and committed[old_ident][1] == info:
+                    seen.add(old_ident)
+                    held = committed[old_ident]
+                    pending.ports[old_ident] = None
+                    pending.ports[ident] = (key, info, held[2])
+                    if svc_changed:
+                        work.append((key, old_ident, held[2], held[2]))
+                    continue
+            if held is not None and not svc_changed:
+                continue
+            work.append((key, ident, held[2] if held else None, self._plan(info)))
+        if not full:
+            work.extend((committed[i][0], i, committed[i][2], None) for i in committed.keys() - seen)
+        work.sort(key=lambda w: _order(w[0]))
+        return work
 
     def _reset_into(self, pending: _Pending) -> None:
         """A full render starts from empty containers: every committed count goes to zero."""
@@ -348,11 +381,11 @@ class NftablesRenderer:
         _merge_counts(self._owners, p.owners)
         _merge_counts(self._chains, p.chains)
         _merge_counts(self._sets, p.sets)
-        for port, plan in p.ports.items():
-            if plan is None:
-                self._ports.pop(port, None)
+        for ident, held in p.ports.items():
+            if held is None:
+                self._ports.pop(ident, None)
             else:
-                self._ports[port] = plan
+                self._ports[ident] = held
         self._applied = p.snapshot
         self._stale = p.stale
         self._pending = None
