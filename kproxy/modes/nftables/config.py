@@ -56,7 +56,7 @@ class NftablesConfig:
         masquerade_all: ``--masquerade-all``.
         masquerade_bit: ``--iptables-masquerade-bit`` (kube-proxy reuses it), 0..31.
         masquerade_mark: the mark as written; None derives Go's ``%#08x`` of the bit
-            (``0x004000``); kube-proxy's tests use ``"0x4000"``.
+            (``0x00004000``); kube-proxy's tests use ``"0x4000"``.
         nodeport_addresses: ``--nodeport-addresses`` CIDRs, or ``("primary",)`` (the default).
         service_cidrs: ``--service-cidr CIDR[,CIDR]``; those of the family get the DROP rule
             for unallocated ClusterIPs.
@@ -141,7 +141,7 @@ class NftablesConfig:
         """The masquerade mark as written."""
         if self.masquerade_mark is not None:
             return self.masquerade_mark
-        return "%#08x" % (1 << self.masquerade_bit)
+        return "0x%08x" % (1 << self.masquerade_bit)  # Go's %#08x pads the digits, not the 0x
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -142,3 +142,26 @@ def test_partial_render_needs_a_committed_full_one() -> None:
 
     with pytest.raises(InvalidArgument):
         NftablesRenderer(FAKE).render(snapshot_of([]), full=False)
+
+
+def test_from_run_reads_flag_values() -> None:
+    """Flag text (comma-separated) builds the configuration; an empty --nodeport-addresses is primary."""
+    config = NftablesConfig.from_run(node_ips=["192.168.0.2"], cluster_cidr="10.0.0.0/8",
+                                     service_cidr="172.30.0.0/16, fd00:10:96::/112")
+    assert config.nodeport_addresses == ("primary",)
+    assert config.service_cidrs == ("172.30.0.0/16", "fd00:10:96::/112")
+    assert config.mark == "0x00004000"
+
+
+def test_bad_flag_values_name_the_flag() -> None:
+    """A malformed --service-cidr or --nodeport-addresses is a ConfigError naming the flag."""
+    import pytest
+
+    from kproxy.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="--service-cidr"):
+        NftablesConfig.from_run(service_cidr="172.30.0.0/99")
+    with pytest.raises(ConfigError, match="--nodeport-addresses"):
+        NftablesConfig.from_run(nodeport_addresses="nonsense")
+    with pytest.raises(ConfigError, match="'primary' must be the only value"):
+        NftablesConfig.from_run(nodeport_addresses="primary,10.0.0.0/8")
