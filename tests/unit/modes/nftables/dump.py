@@ -64,7 +64,7 @@ class Dump:
         target = self.rules if kind == "chain" else self.elements
         if name not in target:
             raise ValueError(f"flush of a missing {kind}: {line}")
-        target[name].clear()  # type: ignore[attr-defined]
+        target[name].clear()
 
     def _delete(self, kind: str, name: str, rest: str, line: str) -> None:
         if kind == "chain":
