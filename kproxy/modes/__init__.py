@@ -8,6 +8,7 @@ to its own sockets, the kernel modes through a narrow kernel interface
 
 - :mod:`kproxy.modes.userspace`: a listener per service port, round robin with ClientIP affinity;
 - :mod:`kproxy.modes.iptables`: kube-proxy's iptables proxier (``pkg/proxy/iptables``);
+- :mod:`kproxy.modes.nftables`: kube-proxy's nftables proxier (``pkg/proxy/nftables``);
 - :mod:`kproxy.modes.ipvs`: kube-proxy's ipvs proxier (``pkg/proxy/ipvs``).
 """
 
@@ -44,6 +45,8 @@ MODES: dict[str, ModeInfo] = {
                  summary="serve every service port on loopback, rootless"),
         ModeInfo(name="iptables", package="kproxy.modes.iptables", kernel=True, renders=True,
                  summary="kube-proxy's iptables rules"),
+        ModeInfo(name="nftables", package="kproxy.modes.nftables", kernel=True, renders=True,
+                 summary="kube-proxy's nftables table (sets and verdict maps)"),
         ModeInfo(name="ipvs", package="kproxy.modes.ipvs", kernel=True, renders=True,
                  summary="kube-proxy's IPVS virtual servers, ipsets and iptables rules"),
     )
