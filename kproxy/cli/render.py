@@ -28,6 +28,7 @@ from kproxy.modes import rendered_modes
 from kproxy.modes.iptables import IptablesConfig, render_full
 from kproxy.modes.ipvs import IpvsConfig
 from kproxy.modes.ipvs import render as render_ipvs
+from kproxy.modes.nftables import NftablesConfig, render_transaction
 from kproxy.trace.build import Manifests, read_manifests, snapshot_of
 
 __all__ = ["IPVS_SECTION_PREFIX", "add_parser", "config_of", "print_problems", "run"]
@@ -86,6 +87,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             ("iptables-restore", out.iptables))))
         return 0
     warn_ignored(flags_in(config.given, IPVS_ONLY_FLAGS), only="--proxy-mode ipvs",
-                 why="ignored in iptables mode")
+                 why=f"ignored in {config.proxy_mode} mode")
+    if config.proxy_mode == "nftables":
+        ipt = IptablesConfig.from_run(config)
+        nft = NftablesConfig.from_run(family=ipt.family, node_ips=ipt.node_ips, cluster_cidr=ipt.cluster_cidr,
+                                      masquerade_all=ipt.masquerade_all, masquerade_bit=ipt.masquerade_bit,
+                                      nodeport_addresses=ipt.nodeport_addresses)
+        sys.stdout.write(render_transaction(snapshot, nft))
+        return 0
     sys.stdout.write(render_full(snapshot, IptablesConfig.from_run(config)))
     return 0

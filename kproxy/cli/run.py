@@ -18,7 +18,7 @@ from kproxy.config.defaults import (
     DEFAULT_SYNC_PERIOD_S,
     DEFAULT_UDP_TIMEOUT_S,
 )
-from kproxy.modes import MODES
+from kproxy.modes import MODES, run_modes
 
 __all__ = ["add_parser", "run"]
 
@@ -27,7 +27,7 @@ _HIDE = argparse.SUPPRESS
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Register ``run`` on the ``kproxy`` subparsers."""
-    modes = tuple(MODES)
+    modes = run_modes()
     parser = sub.add_parser("run", help=f"proxy Services for real ({', '.join(modes)} mode)",
                             description="Watch Services and EndpointSlices and proxy their traffic. SIGHUP "
                                         "reloads --config and the manifests; SIGTERM/SIGINT drain and "
@@ -44,7 +44,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                      help="serve Services labelled service.kubernetes.io/service-proxy-name=NAME "
                           "(default: none, as kube-proxy)")
     add_config_flag(parser)
-    summaries = "; ".join(f"{name}: {info.summary}" for name, info in MODES.items())
+    summaries = "; ".join(f"{name}: {MODES[name].summary}" for name in modes)
     add_rule_flags(parser, modes=modes, default_mode=DEFAULT_RUN_MODE,
                    mode_help=f"the proxy mode ({summaries})")
     add_node_flags(parser, node_ip_help="; iptables and ipvs modes: NodePorts and masquerade use it")
@@ -102,7 +102,7 @@ def config_of(args: argparse.Namespace, parser: argparse.ArgumentParser) -> RunC
     Raises:
         ConfigError: a bad value, naming the flag or the file and field.
     """
-    return build_run_config(given_flags(args, parser), command=Command.RUN, modes=tuple(MODES),
+    return build_run_config(given_flags(args, parser), command=Command.RUN, modes=run_modes(),
                             default_mode=DEFAULT_RUN_MODE)
 
 

@@ -32,7 +32,7 @@ from kproxy.config import Command, RunConfig
 from kproxy.errors import ConfigError, KernelError
 from kproxy.kernel.node import EXTERNAL_INTERFACE, trace_node
 from kproxy.model import IPFamily
-from kproxy.modes import rendered_modes
+from kproxy.modes import traced_modes
 from kproxy.trace.build import (
     iptables_netns,
     ipvs_node,
@@ -61,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "and every rule it matched.")
     add_manifests_flag(parser, required=False)
     add_config_flag(parser)
-    add_rule_flags(parser, modes=rendered_modes(), default_mode="iptables (ipvs with --ipvs-dump)",
+    add_rule_flags(parser, modes=traced_modes(), default_mode="iptables (ipvs with --ipvs-dump)",
                    mode_help="the proxy mode traced")
     add_node_flags(parser)
     parser.add_argument("--iptables-save", default=None, metavar="FILE",
