@@ -1,14 +1,11 @@
 """``kproxy trace``: where does this packet go on this node, and why?
 
-The node's rules come either from manifests (rendered as ``kproxy render`` would, loaded into an
-emulated node with kube-proxy's jump rules) or from ``--iptables-save FILE``, a real node's dump
-as ``iptables-save`` or ``iptables-save -c`` prints it, other components' rules included (read
-leniently: a match the emulator does not model is reported as unknown, never silently taken).
-With ``--proxy-mode ipvs`` (or ``--ipvs-dump FILE [--ipset-save FILE] [--iptables-save FILE]``,
-a real node's dumps) the packet goes through an IPVS node (:mod:`kproxy.trace.ipvs`).
-The work is in :mod:`kproxy.trace.netfilter`; this module only wires flags to it, and says which
-node address of the packet's family the trace used (``node_ips``), and whether it was the
-placeholder because no ``--node-ip`` of that family was given (``node_ip_placeholder``).
+Parsing and printing only. The node's rules come either from manifests (rendered as ``kproxy
+render`` would and loaded into an emulated node with kube-proxy's jump rules) or from a node's
+dumps (``--iptables-save FILE``; ``--ipvs-dump FILE [--ipset-save FILE] [--iptables-save FILE]``),
+all built by :mod:`kproxy.trace.build`, and the packet goes through :mod:`kproxy.trace`. The
+output says which node address of the packet's family the trace used (``node_ips``), and whether
+it was the placeholder because no ``--node-ip`` of that family was given (``node_ip_placeholder``).
 ipvs-only flags (``--ipvs-scheduler``, ``--connections``) in iptables mode are ignored with a
 warning on stderr, as kube-proxy ignores them.
 """
@@ -20,37 +17,38 @@ import ipaddress
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
-from emulation import ManualClock
 from emulation.errors import NetfilterError
-from emulation.netfilter import Netns, Ruleset, load
-from kproxy.cli.render import (
-    add_cluster_flags,
-    config_from_args,
-    flags_given,
-    ipvs_config_from_args,
-    snapshot_from_args,
-    warn_ignored_flags,
-    warn_unused_ipvs_flags,
+from kproxy.cli.flags import (
+    add_config_flag,
+    add_manifests_flag,
+    add_node_flags,
+    add_rule_flags,
+    flags_in,
+    warn_ignored,
 )
+from kproxy.cli.render import config_of, print_problems
+from kproxy.config import Command, RunConfig
 from kproxy.errors import ConfigError, KernelError
-from kproxy.kernel.emulated import EmulatedNetfilter
+from kproxy.kernel.node import EXTERNAL_INTERFACE, trace_node
 from kproxy.model import IPFamily
-from kproxy.modes.iptables import IptablesRenderer, nfacct_counters
-from kproxy.modes.iptables.mode import load_now
-from kproxy.trace.netfilter import (
-    EXTERNAL_INTERFACE,
-    TraceResult,
-    find_chain_loop,
-    format_trace,
-    make_packet,
-    parse_host_port,
-    trace_node,
-    trace_packet,
+from kproxy.modes import traced_modes
+from kproxy.trace.build import (
+    iptables_netns,
+    ipvs_node,
+    netns_from_dump,
+    read_manifests,
+    read_text,
+    snapshot_of,
 )
+from kproxy.trace.ipvs import node_from_dumps, trace_ipvs
+from kproxy.trace.netfilter import TraceResult, format_trace, make_packet, parse_host_port, trace_packet
 
-__all__ = ["add_parser", "node_addresses", "read_text", "run", "trace_from_args"]
+__all__ = ["add_parser", "node_addresses", "run", "trace_from_args"]
+
+#: Flags that shape rendered rules: with a node's dump they have no effect (it holds the rules).
+_RENDER_FLAGS = ("--hostname-override", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
+                 "--iptables-masquerade-bit")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -61,8 +59,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "node's iptables-save dump (--iptables-save), and print the verdict, the "
                     "endpoints it may reach with their probabilities, whether it is masqueraded, "
                     "and every rule it matched.")
-    add_cluster_flags(parser, manifests_required=False)
-    parser.set_defaults(proxy_mode=None)  # iptables, or ipvs with --ipvs-dump: see _check_sources
+    add_manifests_flag(parser, required=False)
+    add_config_flag(parser)
+    add_rule_flags(parser, modes=traced_modes(), default_mode="iptables (ipvs with --ipvs-dump)",
+                   mode_help="the proxy mode traced")
+    add_node_flags(parser)
     parser.add_argument("--iptables-save", default=None, metavar="FILE",
                         help="a node's iptables-save (or iptables-save -c) output, instead of --manifests "
                              "(with --ipvs-dump: the node's remaining iptables rules)")
@@ -81,84 +82,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     pkt.add_argument("--dst", required=True, metavar="IP:PORT", help="destination")
     pkt.add_argument("--proto", default="tcp", choices=("tcp", "udp", "sctp"), help="protocol (default tcp)")
     parser.add_argument("--json", action="store_true", help="print the result as JSON (see README)")
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, subparser=parser)
 
 
-def read_text(path: str, flag: str) -> str:
-    """The UTF-8 text of the file ``path`` given with ``flag``.
-
-    Raises:
-        ConfigError: the file cannot be read or is not UTF-8 text (naming the flag and file).
-    """
-    try:
-        return Path(path).read_bytes().decode("utf-8")
-    except OSError as err:
-        raise ConfigError(f"{flag}: cannot read {path!r}: {err.strerror or err}") from None
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{flag} {path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
-                          f"{err.start}; give the text iptables-save prints)") from None
-
-
-def _netns_from_dump(path: str, version: int, node_ips: list[str]) -> Netns:
-    text = read_text(path, "--iptables-save")
-    try:
-        ruleset = load(text, version=version, strict=False)
-    except NetfilterError as err:
-        raise ConfigError(f"--iptables-save {path}: {err}") from None
-    loop = find_chain_loop(ruleset)
-    if loop is not None:
-        raise ConfigError(f"--iptables-save {path}: {loop}")
-    return Netns(trace_node(node_ips), ManualClock(), ruleset=ruleset)
-
-
-def _netns_from_manifests(args: argparse.Namespace, family: IPFamily) -> Netns:
-    config = config_from_args(args, family)
-    result = IptablesRenderer(config).render(snapshot_from_args(args))
-    netns = Netns(trace_node(config.node_ips), ManualClock(),
-                  ruleset=Ruleset(6 if family is IPFamily.IPv6 else 4))
-    load_now(EmulatedNetfilter(netns, family), result, nfacct=nfacct_counters(config))
-    return netns
-
-
-def _read(path: str | None, flag: str) -> str | None:
-    if path is None:
-        return None
-    return read_text(path, flag)
-
-
-def _trace_ipvs(args: argparse.Namespace, family: IPFamily) -> TraceResult:
-    from kproxy.modes.ipvs import render
-    from kproxy.trace.ipvs import node_from_dumps, node_from_render, trace_ipvs
-
-    packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
-    connections = 1 if args.connections is None else args.connections
-    if args.ipvs_dump:
-        text = _read(args.ipvs_dump, "--ipvs-dump")
-        assert text is not None
-        node, notes = node_from_dumps(text, node_ips=list(args.node_ip), version=packet.version,
-                                      ipset_text=_read(args.ipset_save, "--ipset-save"),
-                                      iptables_text=_read(args.iptables_save, "--iptables-save"))
-        return trace_ipvs(node, packet, connections=connections, notes=notes)
-    rendered = render(snapshot_from_args(args), ipvs_config_from_args(args, family))
-    node = node_from_render(rendered, list(args.node_ip))
-    return trace_ipvs(node, packet, connections=connections, zero_builtin_lines=True)
-
-
-#: Flags that shape rendered rules: with a node's dump they have no effect (it holds the rules).
-_RENDER_FLAGS = (("--hostname-override", "hostname_override"), ("--cluster-cidr", "cluster_cidr"),
-                 ("--masquerade-all", "masquerade_all"), ("--nodeport-addresses", "nodeport_addresses"),
-                 ("--iptables-masquerade-bit", "iptables_masquerade_bit"))
-
-
-def _check_sources(args: argparse.Namespace) -> str:
+def _check_sources(args: argparse.Namespace, config: RunConfig) -> str:
     """Refuse a combination of rule sources and ``--proxy-mode`` that means nothing; return the mode.
 
     Accepted: ``--manifests`` (either mode, default iptables); ``--iptables-save`` alone
     (iptables mode); ``--ipvs-dump`` with optional ``--ipset-save`` and ``--iptables-save`` (the
     node's remaining iptables rules; ipvs mode, implied).
     """
-    mode: str | None = args.proxy_mode
-    if args.ipvs_dump and args.manifests:
+    mode = config.proxy_mode if "--proxy-mode" in config.given else None
+    manifests = bool(config.source.manifests)
+    if args.ipvs_dump and manifests:
         raise ConfigError("give either --manifests PATH... or --ipvs-dump FILE, not both")
     if args.ipset_save and not args.ipvs_dump:
         raise ConfigError("--ipset-save goes with --ipvs-dump FILE")
@@ -166,7 +102,7 @@ def _check_sources(args: argparse.Namespace) -> str:
         raise ConfigError("--ipvs-dump FILE is an ipvs node's dump and implies --proxy-mode ipvs: drop "
                           "--proxy-mode iptables (to trace an iptables node, give its iptables-save "
                           "output with --iptables-save FILE alone)")
-    if not args.ipvs_dump and bool(args.manifests) == bool(args.iptables_save):
+    if not args.ipvs_dump and manifests == bool(args.iptables_save):
         raise ConfigError("give either --manifests PATH... or --iptables-save FILE (exactly one), "
                           "or --ipvs-dump FILE")
     if args.iptables_save and not args.ipvs_dump and mode == "ipvs":
@@ -175,62 +111,75 @@ def _check_sources(args: argparse.Namespace) -> str:
                           "with --ipvs-dump FILE (its iptables-save output stays with --iptables-save, its "
                           "ipset save output goes with --ipset-save), or --manifests PATH... to render "
                           "the rules; or drop --proxy-mode ipvs to trace an iptables node's dump")
-    return "ipvs" if args.ipvs_dump else mode or "iptables"
+    return "ipvs" if args.ipvs_dump else config.proxy_mode if manifests else "iptables"
 
 
-def trace_from_args(args: argparse.Namespace) -> TraceResult:
-    """Build the node the flags describe and trace the packet through it.
+def _warn_unused(args: argparse.Namespace, config: RunConfig, mode: str) -> None:
+    ipvs_only = flags_in(config.given, ("--ipvs-scheduler",))
+    if args.connections is not None:
+        ipvs_only.append("--connections")
+    if mode == "iptables":
+        warn_ignored(ipvs_only, only="--proxy-mode ipvs", why="ignored in iptables mode")
+    why = "{} is a node's dump, which already holds the rules they would shape"
+    if args.ipvs_dump:
+        warn_ignored(flags_in(config.given, (*_RENDER_FLAGS, "--ipvs-scheduler")),
+                     why=why.format("--ipvs-dump FILE"))
+    elif args.iptables_save:
+        warn_ignored(flags_in(config.given, _RENDER_FLAGS), why=why.format("--iptables-save FILE"))
 
-    With a node's dump (``--iptables-save`` or ``--ipvs-dump``) the flags that shape rendered
-    rules (``--hostname-override``, ``--cluster-cidr``, ``--masquerade-all``,
-    ``--nodeport-addresses``, ``--iptables-masquerade-bit``, and ``--ipvs-scheduler``) have no
-    effect; any given is named in one warning line on stderr.
+
+def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
+    """Build the node the flags describe and trace the packet through it (the packet's family is rendered).
 
     Raises:
         ConfigError: bad flags, neither or both of ``--manifests`` and ``--iptables-save`` (or
             ``--ipvs-dump``), ``--ipvs-dump`` with ``--proxy-mode iptables``, ``--iptables-save``
-            alone with ``--proxy-mode ipvs``, an unreadable dump.
+            alone with ``--proxy-mode ipvs``, an unreadable dump, a missing manifest path.
         KernelError: the rendered rules do not load (a bug: please report it).
-        SourceError: a manifest path does not exist.
     """
-    mode = _check_sources(args)
+    mode = _check_sources(args, config)
     dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
     family = IPFamily.IPv6 if ipaddress.ip_address(dst_ip).version == 6 else IPFamily.IPv4
-    if mode == "iptables":
-        warn_unused_ipvs_flags(args)
+    _warn_unused(args, config, mode)
+    node_ips = list(config.node.node_ips)
+    packet = make_packet(args.src, args.dst, args.proto, node_ips)
+    connections = 1 if args.connections is None else args.connections
     if args.ipvs_dump:
-        ignored = flags_given(args, (*_RENDER_FLAGS, ("--ipvs-scheduler", "ipvs_scheduler")))
-        warn_ignored_flags(ignored, why="--ipvs-dump FILE is a node's dump, which already holds the "
-                                        "rules they would shape")
-    elif args.iptables_save:
-        warn_ignored_flags(flags_given(args, _RENDER_FLAGS),
-                           why="--iptables-save FILE is a node's dump, which already holds the rules they "
-                               "would shape")
-    if mode == "ipvs":
-        return _trace_ipvs(args, family)
-    packet = make_packet(args.src, args.dst, args.proto, args.node_ip)
+        node, notes = node_from_dumps(read_text(args.ipvs_dump, "--ipvs-dump"), node_ips=node_ips,
+                                      version=packet.version,
+                                      ipset_text=read_text(args.ipset_save, "--ipset-save") if args.ipset_save
+                                      else None,
+                                      iptables_text=read_text(args.iptables_save, "--iptables-save")
+                                      if args.iptables_save else None)
+        return trace_ipvs(node, packet, connections=connections, notes=notes)
     if args.iptables_save:
-        netns = _netns_from_dump(args.iptables_save, packet.version, list(args.node_ip))
+        netns = netns_from_dump(args.iptables_save, packet.version, node_ips)
         try:
             return trace_packet(netns, packet)
         except NetfilterError as err:
             raise ConfigError(f"--iptables-save {args.iptables_save}: {err}") from None
-    netns = _netns_from_manifests(args, family)
-    return trace_packet(netns, packet, zero_builtin_lines=True)
+    manifests = read_manifests(config.source.manifests)
+    print_problems(manifests)
+    snapshot = snapshot_of(config, manifests)
+    if mode == "ipvs":
+        return trace_ipvs(ipvs_node(config, snapshot, family), packet, connections=connections,
+                          zero_builtin_lines=True)
+    return trace_packet(iptables_netns(config, snapshot, family), packet, zero_builtin_lines=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``kproxy trace``: print the result (text, or JSON with ``--json``); exit status 0.
 
     Raises:
         ConfigError: see :func:`trace_from_args`.
         KernelError: see :func:`trace_from_args`.
     """
+    config = config_of(args, parser, Command.TRACE)
     try:
-        result = trace_from_args(args)
+        result = trace_from_args(args, config)
     except KernelError as err:
         raise KernelError(f"the rendered rules did not load into the emulated node: {err}") from err
-    addresses, placeholder = node_addresses(args.node_ip, result.packet.version)
+    addresses, placeholder = node_addresses(config.node.node_ips, result.packet.version)
     if args.json:
         out = result.to_json()
         out.update(node_ips=list(addresses), node_ip_placeholder=placeholder)
@@ -244,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
 def node_addresses(node_ips: Sequence[str], version: int) -> tuple[tuple[str, ...], bool]:
     """The node addresses of IP ``version`` the trace used, and whether they were invented.
 
-    The traced node (:func:`~kproxy.trace.netfilter.trace_node`) carries the ``--node-ip``
+    The traced node (:func:`~kproxy.kernel.node.trace_node`) carries the ``--node-ip``
     addresses, loopback left out, or a TEST-NET placeholder for a family with none; MASQUERADE
     picks it and a NodePort on it is local, so the user is told when it was made up.
 

@@ -18,24 +18,20 @@ manifests with problems or without any service port, unless ``--allow-problems``
 from __future__ import annotations
 
 import argparse
-import ipaddress
-import re
-import socket
 import sys
 from collections import Counter
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from emulation.errors import NetfilterError
-from emulation.netfilter import load
-from kproxy.cli.render import nodeport_addresses
-from kproxy.cli.trace import read_text
-from kproxy.errors import ConfigError, InvalidArgument, SourceError
-from kproxy.model import EndpointSlice, IPFamily, Service
+from kproxy.cli.flags import add_config_flag, add_manifests_flag, add_node_flags, add_rule_flags, given_flags
+from kproxy.cli.render import print_problems
+from kproxy.config import Command, RunConfig, build_run_config
+from kproxy.errors import ConfigError, InvalidArgument
 from kproxy.testing import Cluster, Comparison, NodeSpec, compare, packets
 from kproxy.testing.equivalence import format_comparison
 from kproxy.testing.modes import DEFAULT_MODES, DumpAdapter, ModeAdapter, available_modes, get_mode
+from kproxy.trace.build import load_node_dump, read_manifests
 
 __all__ = ["add_parser", "node_from_args", "run", "search"]
 
@@ -47,25 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         description="Generate packets for the cluster, run every mode on each, and exit 0 when they "
                     "agree, 1 with the minimal disagreeing packet when they do not. With "
                     "--iptables-save, compare a node's dump with what kproxy would render, by behaviour.")
-    parser.add_argument("--manifests", nargs="+", metavar="PATH", required=True,
-                        help="YAML or JSON files or folders with Services and EndpointSlices")
-    node = parser.add_argument_group("node")
-    node.add_argument("--hostname-override", default=None, metavar="NAME",
-                      help="this node's name; endpoints with this nodeName are local (default: host name)")
-    node.add_argument("--node-ip", action="append", default=[], metavar="IP",
-                      help="a node IP (at most one per family; default 192.168.0.2 and 2001:db8::2); "
-                           "only the families given are checked")
-    node.add_argument("--ip-family", default=None, choices=("IPv4", "IPv6"),
-                      help="the family checked (default: the --node-ip families, else both; with "
-                           "--iptables-save, the first --node-ip's)")
-    ipt = parser.add_argument_group("iptables")
-    ipt.add_argument("--cluster-cidr", default=None, metavar="CIDR[,CIDR]",
-                     help="pod CIDRs (default 10.244.0.0/16,fd00:10:244::/48); this node's pods are "
-                          "the first /24 (/64) of each")
-    ipt.add_argument("--masquerade-all", action="store_true", help="masquerade all ClusterIP traffic")
-    ipt.add_argument("--nodeport-addresses", default=None, metavar="CIDR[,CIDR]|primary",
-                     help="addresses NodePorts answer on: CIDRs (IP/32 for one address) or primary "
-                          "(default: every local address)")
+    add_manifests_flag(parser, required=True)
+    add_config_flag(parser)
+    add_node_flags(parser, node_ip_help=" (default 192.168.0.2 and 2001:db8::2); only the families of "
+                                        "the node IPs are checked")
+    add_rule_flags(parser, modes=None, default_mode="", mode_help="")
     check = parser.add_argument_group("check")
     check.add_argument("--modes", default=None, metavar="LIST",
                        help=f"modes compared, comma-separated (default {','.join(DEFAULT_MODES)}; "
@@ -79,64 +61,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     check.add_argument("--allow-problems", action="store_true",
                        help="check even when the manifests had problems or yield no service port "
                             "(default: exit 2 listing them)")
-    parser.set_defaults(handler=run)
+    parser.set_defaults(handler=run, subparser=parser)
 
 
 def _csv(text: str | None) -> tuple[str, ...]:
     return tuple(p.strip() for p in text.split(",") if p.strip()) if text else ()
 
 
-def _node_ips(args: argparse.Namespace) -> tuple[str, ...]:
-    seen: dict[int, str] = {}
-    for ip in args.node_ip:
-        try:
-            version = ipaddress.ip_address(ip.strip()).version
-        except ValueError:
-            raise ConfigError(f"--node-ip: expected an IP address, got {ip!r}") from None
-        if version in seen:
-            raise ConfigError(f"--node-ip: at most one address per family, got {seen[version]} and {ip}")
-        seen[version] = ip.strip()
-    return tuple(seen.values())
-
-
-def _families(args: argparse.Namespace, node_ips: tuple[str, ...]) -> tuple[IPFamily, ...]:
-    """The families checked: kube-proxy proxies a family only when the node has an address of it."""
-    have = tuple(IPFamily.IPv6 if ":" in ip else IPFamily.IPv4 for ip in node_ips)
-    if args.ip_family:
-        family = IPFamily(args.ip_family)
-        if node_ips and family not in have:
-            raise ConfigError(f"--ip-family {family}: no --node-ip of that family "
-                              f"(given: {', '.join(node_ips)})")
-        return (family,)
-    if args.iptables_save:
-        return have[:1] or (IPFamily.IPv4,)
-    return have or (IPFamily.IPv4, IPFamily.IPv6)
-
-
-def node_from_args(args: argparse.Namespace) -> NodeSpec:
-    """The node the flags describe.
+def node_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) -> tuple[NodeSpec, RunConfig]:
+    """The node the flags (and ``--config``) describe, and the configuration it came from.
 
     Raises:
         ConfigError: a malformed address or CIDR (naming the flag).
     """
-    hostname = (args.hostname_override or socket.gethostname()).strip().lower()
-    cidrs = _csv(args.cluster_cidr) or NodeSpec().cluster_cidrs
-    local = []
-    for cidr in cidrs:
-        try:
-            net = ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            raise ConfigError(f"--cluster-cidr: expected CIDRs, got {cidr!r}") from None
-        size = 24 if net.version == 4 else 64
-        local.append(str(next(net.subnets(new_prefix=size)) if net.prefixlen < size else net))
-    node_ips = _node_ips(args)
-    try:
-        return NodeSpec(hostname=hostname, node_ips=node_ips or NodeSpec().node_ips,
-                        cluster_cidrs=cidrs, local_pod_cidrs=tuple(local), masquerade_all=args.masquerade_all,
-                        nodeport_addresses=nodeport_addresses(args.nodeport_addresses),
-                        families=_families(args, node_ips))
-    except InvalidArgument as err:
-        raise ConfigError(f"node flags (--node-ip, --cluster-cidr): {err}") from None
+    config = build_run_config(given_flags(args, parser), command=Command.VERIFY)
+    return NodeSpec.from_run(config, primary_family_only=bool(args.iptables_save)), config
 
 
 def search(cluster: Cluster, modes: list[str | ModeAdapter], *, examples: int, seed: int,
@@ -180,44 +119,7 @@ def search(cluster: Cluster, modes: list[str | ModeAdapter], *, examples: int, s
     return None
 
 
-_JUMP_TO_SERVICES = re.compile(r"^(?:\[\d+:\d+\]\s+)?-A\s+(PREROUTING|OUTPUT)\s.*-j\s+KUBE-SERVICES(\s|$)")
-
-
-def _check_dump(path: str, text: str) -> None:
-    """Refuse an empty dump, and one with KUBE chains but no jump into them (``kproxy render`` output).
-
-    Raises:
-        ConfigError: saying which, and what to give instead.
-    """
-    lines = [line.strip() for line in text.splitlines()]
-    if not any(line and not line.startswith("#") for line in lines):
-        raise ConfigError(f"--iptables-save {path}: the file is empty; give a node's iptables-save output")
-    table = ""
-    kube = jumps = False
-    for line in lines:
-        if line.startswith("*"):
-            table = line[1:].strip()
-        elif line.startswith(":KUBE-"):
-            kube = True
-        elif table == "nat" and _JUMP_TO_SERVICES.match(line):
-            jumps = True
-    if kube and not jumps:
-        raise ConfigError(f"--iptables-save {path}: the dump has no jump rules into KUBE-SERVICES: was it "
-                          "made with `kproxy render`? A node's `iptables-save` has them (kube-proxy "
-                          "installs the jumps from PREROUTING and OUTPUT outside its restore)")
-
-
-def _dump_adapter(path: str, family: IPFamily) -> DumpAdapter:
-    text = read_text(path, "--iptables-save")
-    _check_dump(path, text)
-    try:
-        ruleset = load(text, version=6 if family is IPFamily.IPv6 else 4, strict=False)
-    except NetfilterError as err:
-        raise ConfigError(f"--iptables-save {path}: {err}") from None
-    return DumpAdapter(ruleset, name="node-dump")
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """``kproxy verify``: 0 when everything agrees, 1 with the minimal disagreement.
 
     Raises:
@@ -225,8 +127,6 @@ def run(args: argparse.Namespace) -> int:
             dump, an unknown mode, or manifests with problems or no service port (without
             ``--allow-problems``).
     """
-    from kproxy.sources.manifests import load_manifests
-
     if args.examples < 1:
         raise ConfigError(f"--examples: expected a count >= 1, got {args.examples}")
     if args.modes is not None and args.iptables_save:
@@ -234,15 +134,11 @@ def run(args: argparse.Namespace) -> int:
     if args.modes is not None and not _csv(args.modes):
         raise ConfigError(f"--modes: expected mode names, comma-separated, got {args.modes!r}; "
                           f"available: {','.join(available_modes())}")
-    node = node_from_args(args)
-    try:
-        objects, problems = load_manifests(args.manifests)
-    except SourceError as err:
-        raise ConfigError(f"--manifests: {err}") from None
-    for problem in problems:
-        print(f"kproxy: warning: {problem}", file=sys.stderr)
-    cluster = Cluster.from_objects([o for o in objects if isinstance(o, Service)],
-                                   [o for o in objects if isinstance(o, EndpointSlice)], node)
+    node, config = node_from_args(args, parser)
+    manifests = read_manifests(config.source.manifests)
+    print_problems(manifests)
+    problems = manifests.problems
+    cluster = Cluster.from_objects(list(manifests.services), list(manifests.slices), node)
     families = ",".join(node.families)
     if not args.allow_problems and (problems or not cluster.snapshot):
         why = [f"  {p}" for p in problems]
@@ -253,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
     modes: list[str | ModeAdapter]
     try:
         if args.iptables_save:
-            modes = [get_mode("iptables"), _dump_adapter(args.iptables_save, node.families[0])]
+            modes = [get_mode("iptables"),
+                     DumpAdapter(load_node_dump(args.iptables_save, node.families[0]), name="node-dump")]
         else:
             modes = list(_csv(args.modes) or DEFAULT_MODES)
             for m in modes:

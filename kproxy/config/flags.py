@@ -1,140 +1,87 @@
-"""``kproxy run`` flags shared with kube-proxy, merged with ``--config``: flags, then the file, then defaults.
+"""The flags a run configuration is built from, which modes use them, and the file fields kproxy honours.
 
-kube-proxy reads ``--config`` first and lets flags given on the command line override it;
-these helpers do the same for the flags whose parser default is ``None`` ("not given").
+Flags are named as kube-proxy names them (``--proxy-mode``, ``--hostname-override``); the CLI
+parses them and hands :func:`kproxy.config.build.build_run_config` only the ones given on the
+command line, so "given" is never confused with "left at its default" (a flag given wins over
+``--config``, as in kube-proxy).
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from typing import Any
 
-import structlog
-
-from kproxy.config.kubeproxy import KubeProxyConfiguration, default_configuration, load_configuration
+from kproxy.config.kubeproxy import KubeProxyConfiguration, default_configuration
 from kproxy.errors import ConfigError
 
-__all__ = ["add_kube_flags", "merge_config", "unhonoured_fields"]
+__all__ = [
+    "IPVS_ONLY_FLAGS",
+    "KERNEL_ONLY_FLAGS",
+    "NODE_FLAGS",
+    "RULE_FLAGS",
+    "RUN_FLAGS",
+    "USERSPACE_ONLY_FLAGS",
+    "honoured_fields",
+    "unhonoured_fields",
+]
 
-_log = structlog.get_logger("kproxy")
-
-
-def add_kube_flags(run: argparse.ArgumentParser, source_group: Any) -> None:
-    """Add ``--kubeconfig``, ``--master``, ``--config`` and the health and metrics addresses."""
-    source_group.add_argument("--kubeconfig", default=None, metavar="FILE",
-                              help="follow a cluster: the kubeconfig file (exclusive with --manifests)")
-    source_group.add_argument("--master", default=None, metavar="URL",
-                              help="the API server URL (overrides the kubeconfig's server)")
-    run.add_argument("--config", default=None, metavar="FILE",
-                     help="a KubeProxyConfiguration file; flags given on the command line override it")
-    obs = run.add_argument_group("health and metrics")
-    obs.add_argument("--healthz-bind-address", default=None, metavar="IP:PORT",
-                     help="/healthz and /livez (default 127.0.0.1:10256; kube-proxy's is 0.0.0.0:10256; "
-                          "'' disables)")
-    obs.add_argument("--metrics-bind-address", default=None, metavar="IP:PORT",
-                     help="/metrics (default 127.0.0.1:10249; '' disables)")
-    obs.add_argument("--healthcheck-bind-addresses", default="127.0.0.1", metavar="IP[,IP]",
-                     help="the addresses health check node ports listen on (default 127.0.0.1; "
-                          "kube-proxy uses every node address within --nodeport-addresses: pass 0.0.0.0 "
-                          "or the node IPs)")
-
+#: The node flags every command takes, with the same meaning everywhere.
+NODE_FLAGS = ("--hostname-override", "--node-ip", "--node-zone", "--ip-families", "--ip-family")
+#: kube-proxy's flags that shape the rules (``render``, ``trace``, ``verify`` and ``run``).
+RULE_FLAGS = ("--proxy-mode", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
+              "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler")
+#: Flags only the userspace mode uses.
+USERSPACE_ONLY_FLAGS = ("--bind-address", "--loopback-block", "--address-map", "--udp-timeout",
+                        "--drain-timeout")
+#: Flags only the kernel modes (iptables, ipvs) use.
+KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
+                     "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--kernel",
+                     "--ipvs-scheduler")
+#: Flags only the ipvs mode uses.
+IPVS_ONLY_FLAGS = ("--ipvs-scheduler",)
+#: Every flag :func:`~kproxy.config.build.build_run_config` reads.
+RUN_FLAGS = frozenset({
+    "--manifests", "--kubeconfig", "--master", "--config", "--service-proxy-name", *NODE_FLAGS,
+    *RULE_FLAGS, "--kernel", "--min-sync-period", "--sync-period", *USERSPACE_ONLY_FLAGS,
+    "--healthz-bind-address", "--metrics-bind-address", "--healthcheck-bind-addresses", "--log-format",
+    "--log-level"})
 
 #: ``--config`` fields ``kproxy run`` honours in every mode ...
 _HONOURED = frozenset({
     "apiVersion", "kind", "hostnameOverride", "clientConnection.kubeconfig", "bindAddress",
     "healthzBindAddress", "metricsBindAddress", "mode", "iptables.syncPeriod", "iptables.minSyncPeriod"})
-#: ... and those it honours in iptables mode only.
-_HONOURED_IPTABLES = frozenset({
+#: ... and those it honours in the kernel modes only.
+_HONOURED_KERNEL = frozenset({
     "iptables.masqueradeBit", "iptables.masqueradeAll", "iptables.localhostNodePorts", "clusterCIDR",
-    "nodePortAddresses", "ipvs.scheduler"})
-#: ``kproxy run``'s modes; the file's ``mode: ""`` (kube-proxy's platform default) means userspace.
-_RUN_MODES = ("userspace", "iptables", "ipvs")
+    "nodePortAddresses", "ipvs.scheduler", "ipvs.syncPeriod", "ipvs.minSyncPeriod"})
+#: The groups whose fields are reported one by one.
+_GROUPS = ("clientConnection", "iptables", "ipvs", "nftables", "winkernel", "detectLocal", "conntrack")
+#: component-base's logging defaults (``logs/api/v1``: ``SetRecommendedLoggingConfiguration``),
+#: with the zero values kubeadm writes (``flushFrequency: 0`` is defaulted to 5s).
+_LOGGING_DEFAULTS: dict[str, tuple[Any, ...]] = {
+    "format": ("", "text"), "flushFrequency": (0, "0", "0s", "5s", 5_000_000_000), "verbosity": (0,),
+    "vmodule": (None, [], ""), "options.json.infoBufferSize": ("0", 0), "options.json.splitStream": (False,),
+    "options.text.infoBufferSize": ("0", 0), "options.text.splitStream": (False,)}
 
 
-def merge_config(args: argparse.Namespace) -> KubeProxyConfiguration:
-    """Fill the flags left unset from ``--config`` (or kube-proxy's defaults); return the configuration.
+def honoured_fields(kernel_mode: bool) -> frozenset[str]:
+    """The dotted ``--config`` fields ``kproxy run`` honours (every mode, plus the kernel modes' own)."""
+    return _HONOURED | _HONOURED_KERNEL if kernel_mode else _HONOURED
 
-    Flags given on the command line win over the file. The file's ``mode`` settles
-    ``--proxy-mode`` when the flag is absent (``""``, kube-proxy's platform default, is
-    kproxy's default, userspace). A field the file sets to a non-default value that kproxy
-    cannot honour in the chosen mode is logged as a warning naming it, never silently dropped.
-    Sets ``args.<flag>_from`` (``min_sync_period``, ``sync_period``, ``healthz_bind_address``,
-    ``metrics_bind_address``) to what an error about the value should name: the flag or the
-    file's field.
 
-    kproxy's health address default is 127.0.0.1:10256 rather than kube-proxy's 0.0.0.0 unless the
-    file sets ``healthzBindAddress`` (see :mod:`kproxy.observability.server`).
+def unhonoured_fields(cfg: KubeProxyConfiguration, honoured: frozenset[str]) -> list[str]:
+    """The dotted fields ``cfg``'s file sets to a non-default value that are not in ``honoured`` (pure).
 
-    Raises:
-        ConfigError: the file is invalid, or its ``mode`` is one ``kproxy run`` does not run.
+    ``logging`` counts field by field against component-base's defaults, so the all-default
+    block kubeadm writes is not reported.
     """
-    cfg = load_configuration(args.config) if args.config else default_configuration()
-    given = cfg.document
-    raw = _raw_document(args.config) if args.config else {}
-
-    def field(name: str) -> str:
-        return f"{cfg.source}: {name}"
-
-    if getattr(args, "proxy_mode", "") is None:
-        if cfg.mode and cfg.mode not in _RUN_MODES:
-            raise ConfigError(f"{field('mode')}: `kproxy run` runs {' and '.join(_RUN_MODES)} only, "
-                              f"got {cfg.mode!r} (override with --proxy-mode)")
-        args.proxy_mode = cfg.mode or "userspace"
-    args.min_sync_period_from = "--min-sync-period"
-    args.sync_period_from = "--sync-period"
-    if args.min_sync_period is None:
-        args.min_sync_period = f"{cfg.min_sync_period_s}s" if args.config else "1s"
-        if args.config:
-            args.min_sync_period_from = field("iptables.minSyncPeriod")
-    if args.sync_period is None:
-        args.sync_period = f"{cfg.sync_period_s}s" if args.config else "30s"
-        if args.config:
-            args.sync_period_from = field("iptables.syncPeriod")
-    if args.hostname_override is None and cfg.hostname_override:
-        args.hostname_override = cfg.hostname_override
-    if args.kubeconfig is None and cfg.kubeconfig:
-        args.kubeconfig = cfg.kubeconfig
-    args.healthz_bind_address_from = "--healthz-bind-address"
-    if args.healthz_bind_address is None:
-        explicit = bool(raw.get("healthzBindAddress"))
-        args.healthz_bind_address = given["healthzBindAddress"] if explicit else "127.0.0.1:10256"
-        if explicit:
-            args.healthz_bind_address_from = field("healthzBindAddress")
-    args.metrics_bind_address_from = "--metrics-bind-address"
-    if args.metrics_bind_address is None:
-        args.metrics_bind_address = given["metricsBindAddress"]
-        if raw.get("metricsBindAddress"):
-            args.metrics_bind_address_from = field("metricsBindAddress")
-    # iptables-mode settings (flags absent on subcommands that do not take them are left alone).
-    if getattr(args, "cluster_cidr", "") is None and cfg.cluster_cidr:
-        args.cluster_cidr = cfg.cluster_cidr
-    if getattr(args, "masquerade_all", "") is None:
-        args.masquerade_all = bool(given["iptables"]["masqueradeAll"])
-    if getattr(args, "iptables_masquerade_bit", "") is None:
-        args.iptables_masquerade_bit = int(given["iptables"]["masqueradeBit"])
-    if getattr(args, "iptables_localhost_nodeports", "") is None:
-        args.iptables_localhost_nodeports = bool(given["iptables"]["localhostNodePorts"])
-    if getattr(args, "ipvs_scheduler", "") is None and given["ipvs"].get("scheduler"):
-        args.ipvs_scheduler = given["ipvs"]["scheduler"]
-    if getattr(args, "nodeport_addresses", "") is None and given.get("nodePortAddresses"):
-        args.nodeport_addresses = ",".join(given["nodePortAddresses"])
-    if args.config:
-        iptables = getattr(args, "proxy_mode", "") in ("iptables", "ipvs")
-        honoured = _HONOURED | _HONOURED_IPTABLES if iptables else _HONOURED
-        for name in unhonoured_fields(cfg, raw, honoured):
-            _log.warning("--config field ignored: kproxy does not honour it in this mode", file=args.config,
-                         field=name, proxy_mode=getattr(args, "proxy_mode", None))
-    return cfg
-
-
-def unhonoured_fields(cfg: KubeProxyConfiguration, raw: Mapping[str, Any],
-                      honoured: frozenset[str]) -> list[str]:
-    """The dotted fields ``raw`` sets to a non-default value that are not in ``honoured`` (pure)."""
     defaults = default_configuration()
     out = []
-    for name in _leaf_paths(raw):
+    for name in _leaf_paths(cfg.written):
         if name in honoured:
+            continue
+        if name.startswith("logging"):
+            out.append(name)
             continue
         try:
             if cfg.get(name) == defaults.get(name):
@@ -146,27 +93,31 @@ def unhonoured_fields(cfg: KubeProxyConfiguration, raw: Mapping[str, Any],
 
 
 def _leaf_paths(raw: Mapping[str, Any], prefix: str = "") -> list[str]:
-    groups = ("clientConnection", "iptables", "ipvs", "nftables", "winkernel", "detectLocal", "conntrack")
     out: list[str] = []
     for key, value in raw.items():
         path = f"{prefix}{key}"
-        if not prefix and key in groups and isinstance(value, Mapping):
+        if not prefix and key == "logging":
+            out.extend(_logging_changes(value))
+        elif not prefix and key in _GROUPS and isinstance(value, Mapping):
             out.extend(_leaf_paths(value, f"{path}."))
         elif value is not None:
             out.append(path)
     return out
 
 
-def _raw_document(path: str) -> Mapping[str, Any]:
-    """The file as written, before defaults (it already loaded once, so it parses)."""
-    import json
-
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-        raw = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (OSError, ValueError, yaml.YAMLError):
-        return {}
-    return raw if isinstance(raw, Mapping) else {}
+def _logging_changes(value: Any, prefix: str = "") -> list[str]:
+    """The ``logging.*`` leaves set to something other than component-base's default."""
+    if value is None or (isinstance(value, Mapping) and not value and not prefix):
+        return []
+    if not isinstance(value, Mapping):
+        if value in _LOGGING_DEFAULTS.get(prefix, ()):
+            return []
+        return [f"logging.{prefix}" if prefix else "logging"]
+    out: list[str] = []
+    for key, inner in value.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(inner, Mapping):
+            out.extend(_logging_changes(inner, path))
+        elif inner not in _LOGGING_DEFAULTS.get(path, ()):
+            out.append(f"logging.{path}")
+    return out

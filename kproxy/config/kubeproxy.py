@@ -23,7 +23,7 @@ import ipaddress
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -123,10 +123,12 @@ class KubeProxyConfiguration:
         sync_period_s, min_sync_period_s: the sync periods of ``mode`` (``iptables`` for ``""``
             and ``userspace``), in seconds.
         config_sync_period_s: ``configSyncPeriod`` in seconds.
+        written: the document as written, before defaults (read-only): what the file set.
     """
 
     document: Mapping[str, Any]
     source: str = ""
+    written: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     hostname_override: str = ""
     bind_address: str = "0.0.0.0"
     healthz_bind_address: str = "0.0.0.0:10256"
@@ -363,7 +365,8 @@ def parse_configuration(raw: Any, *, source: str = "") -> KubeProxyConfiguration
         metrics_bind_address=doc["metricsBindAddress"], mode=doc["mode"], cluster_cidr=doc["clusterCIDR"],
         kubeconfig=doc["clientConnection"]["kubeconfig"], node_port_addresses=tuple(doc["nodePortAddresses"]),
         sync_period_s=sync_s, min_sync_period_s=min_s,
-        config_sync_period_s=parse_duration(doc["configSyncPeriod"]))
+        config_sync_period_s=parse_duration(doc["configSyncPeriod"]),
+        written=_freeze(copy.deepcopy(dict(raw))))
 
 
 def _freeze(value: Any) -> Any:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from kproxy.model import NodeConfig, Snapshot
+from kproxy.model import NodeConfig
 from kproxy.observability.server import Observability, ObservabilityOptions
 from kproxy.sources.base import Source
 from kproxy.sync.engine import Consumer, SyncEngine
@@ -51,23 +51,11 @@ def build_engine(
 
     obs = Observability(observability, sync_period_s=sync_period_s,
                         families=[str(f) for f in node.ip_families])
-    programmed: Consumer = consumers[0] if len(consumers) == 1 else _InOrder(consumers)
     engine = SyncEngine(obs.instruments.source(source), node,
-                        [obs.instruments.consumer(programmed), obs.service_health],
+                        [obs.instruments.consumer(*consumers), obs.service_health],
                         min_sync_period_s=min_sync_period_s, sync_period_s=sync_period_s)
     obs.bind(engine, proxy=proxy, source=source)
     return engine, obs
-
-
-class _InOrder:
-    """Several consumers applied in order as one (one sync to time; a failure fails the whole sync)."""
-
-    def __init__(self, consumers: Sequence[Consumer]) -> None:
-        self._consumers = tuple(consumers)
-
-    async def apply(self, snapshot: Snapshot) -> None:
-        for consumer in self._consumers:
-            await consumer.apply(snapshot)
 
 
 def follow_node(engine: SyncEngine, obs: Observability | None, *,

@@ -19,6 +19,8 @@ import structlog
 
 from emulation import ManualClock
 from emulation.netfilter import Netns, Ruleset
+from kproxy.config.defaults import DEFAULT_MIN_SYNC_PERIOD_S, DEFAULT_SYNC_PERIOD_S
+from kproxy.config.run import RunConfig
 from kproxy.daemon.engine import build_engine, run_until_stopped
 from kproxy.errors import ConfigError, KernelError
 from kproxy.kernel import EmulatedIpvs, EmulatedNetfilter, IpvsNode, LinuxIpvs, LinuxNetfilter, trace_node
@@ -35,7 +37,7 @@ from kproxy.sync.engine import Consumer
 if TYPE_CHECKING:
     from kproxy.sources.kube import NodeWatch
 
-__all__ = ["KERNELS", "KernelRunOptions", "build_modes", "cleanup_kernel", "serve_kernel_mode"]
+__all__ = ["KERNELS", "KernelRunOptions", "build_modes", "cleanup_kernel", "serve_kernel_mode", "serve_modes"]
 
 #: The values of ``--kernel``.
 KERNELS = ("emulated", "linux")
@@ -63,8 +65,20 @@ class KernelRunOptions:
     iptables: IptablesConfig
     ipvs: IpvsConfig | None = None
     kernel: str = "emulated"
-    min_sync_period_s: float = 1.0
-    sync_period_s: float = 30.0
+    min_sync_period_s: float = DEFAULT_MIN_SYNC_PERIOD_S
+    sync_period_s: float = DEFAULT_SYNC_PERIOD_S
+
+    @classmethod
+    def from_run(cls, run: RunConfig) -> KernelRunOptions:
+        """The kernel-mode view of a run configuration (``--proxy-mode iptables|ipvs``).
+
+        Raises:
+            ConfigError: the configuration's mode is not a kernel mode.
+        """
+        ipvs = IpvsConfig.from_run(run) if run.proxy_mode == "ipvs" else None
+        return cls(mode=run.proxy_mode, iptables=IptablesConfig.from_run(run), ipvs=ipvs,
+                   kernel=str(run.rules.kernel), min_sync_period_s=run.sync.min_sync_period_s,
+                   sync_period_s=run.sync.sync_period_s)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
@@ -121,6 +135,20 @@ async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRun
         ConfigError: see :func:`build_modes`; an observability address is malformed or unusable.
     """
     modes = build_modes(node, options)
+    await serve_modes(modes, source, node, options, stop, observability, node_watch=node_watch,
+                      follow_zone=follow_zone)
+    return modes
+
+
+async def serve_modes(modes: list[IptablesMode] | list[IpvsMode], source: Source, node: NodeConfig,
+                      options: KernelRunOptions, stop: asyncio.Event,
+                      observability: ObservabilityOptions | None = None, *,
+                      node_watch: NodeWatch | None = None, follow_zone: bool = True) -> None:
+    """Keep ``modes`` (from :func:`build_modes`) in sync with ``source`` until ``stop`` is set.
+
+    Raises:
+        ConfigError: an observability address is malformed or unusable.
+    """
     consumers: list[Consumer] = list(modes)
     engine, obs = build_engine(source, node, consumers, min_sync_period_s=options.min_sync_period_s,
                                sync_period_s=options.sync_period_s, observability=observability)
@@ -128,7 +156,6 @@ async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRun
               families=[str(f) for f in node.ip_families])
     await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
     _log.info("stopped")
-    return modes
 
 
 async def cleanup_kernel(families: tuple[IPFamily, ...]) -> list[str]:

@@ -4,6 +4,8 @@
   :class:`emulation.netfilter.Netns`, :class:`LinuxNetfilter` running the tools as root.
 - :class:`IpvsKernel` (IPVS, its ipsets, ``kube-ipvs0``): :class:`EmulatedIpvs` over an
   :class:`IpvsNode`, :class:`LinuxIpvs` running ``ipvsadm``, ``ipset`` and ``ip`` as root.
+- :class:`NftablesKernel` (the ``kube-proxy`` nftables table): :class:`LinuxNftables` running
+  ``nft -f`` as root (no emulated twin yet).
 - :func:`trace_node`: the one-interface node model used when only the node IPs are known.
 
 What to call, in which order, is the modes' business (:mod:`kproxy.modes`), never a kernel's.
@@ -16,6 +18,7 @@ from kproxy.kernel.ipvs_node import IpvsNode
 from kproxy.kernel.linux import LinuxNetfilter
 from kproxy.kernel.linux_ipvs import LinuxIpvs
 from kproxy.kernel.netfilter import NetfilterKernel
+from kproxy.kernel.nftables import LinuxNftables, NftablesKernel
 from kproxy.kernel.node import EXTERNAL_INTERFACE, PLACEHOLDER_IPS, trace_node
 
 __all__ = [
@@ -28,7 +31,9 @@ __all__ = [
     "IpvsNode",
     "LinuxIpvs",
     "LinuxNetfilter",
+    "LinuxNftables",
     "NetfilterKernel",
+    "NftablesKernel",
     "RealServerInfo",
     "VirtualServerInfo",
     "run_now",

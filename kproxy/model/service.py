@@ -12,7 +12,7 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -98,6 +98,9 @@ class Service:
         session_affinity_timeout_s: the ClientIP timeout in seconds, or ``None`` without affinity.
         external_traffic_policy, internal_traffic_policy: the traffic policies after defaulting.
         health_check_node_port: ``spec.healthCheckNodePort``, 0 when none.
+        source: where the object came from (a manifest file, ``kube``, ``memory``), for
+            messages only: it takes no part in comparisons, so the same Service read from
+            another file is the same Service.
     """
 
     namespace: str
@@ -115,6 +118,7 @@ class Service:
     external_traffic_policy: TrafficPolicy = TrafficPolicy.Cluster
     internal_traffic_policy: TrafficPolicy = TrafficPolicy.Cluster
     health_check_node_port: int = 0
+    source: str = field(default="", compare=False)
 
     @property
     def key(self) -> NamespacedName:
@@ -285,6 +289,10 @@ def parse_service(raw: Mapping[str, Any], *, source: str = "") -> tuple[Service,
                      "lower-case letters, digits and '-', starting with a letter, at most 63)")
     if not isinstance(ns_v, str):
         raise p.fail("metadata.namespace", f"expected a string, got {ns_v!r}")
+    if raw.get("spec") is None:
+        # The API server refuses it (spec.ports is required but for headless Services).
+        raise p.fail("spec", "a Service needs a spec (at least spec.ports); none was given, so it is "
+                     "not served")
     spec = as_map(raw.get("spec"), "spec", p) or {}
     status = as_map(raw.get("status"), "status", p) or {}
     labels = _pairs(meta.get("labels"), "metadata.labels", p)
@@ -320,7 +328,7 @@ def parse_service(raw: Mapping[str, Any], *, source: str = "") -> tuple[Service,
         cluster_ips=cluster_ips, headless=headless, ports=ports, external_ips=external_ips,
         load_balancer_ips=lb_ips, load_balancer_source_ranges=ranges,
         session_affinity_timeout_s=timeout, external_traffic_policy=etp,
-        internal_traffic_policy=itp, health_check_node_port=health,
+        internal_traffic_policy=itp, health_check_node_port=health, source=source,
     )
     return svc, p.errors
 
@@ -395,7 +403,7 @@ def _parse_ports(spec: Mapping[str, Any], p: Problems, svc_type: ServiceType) ->
         numbers.add((port.port, port.protocol))
         ports.append(port)
     if raw_ports and not ports:
-        raise p.fail("spec.ports", "no valid port: " + "; ".join(str(e) for e in p.errors))
+        raise p.fail("spec.ports", "no valid port: " + "; ".join(f"{e.field}: {e.problem}" for e in p.errors))
     return tuple(ports)
 
 

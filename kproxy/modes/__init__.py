@@ -8,6 +8,7 @@ to its own sockets, the kernel modes through a narrow kernel interface
 
 - :mod:`kproxy.modes.userspace`: a listener per service port, round robin with ClientIP affinity;
 - :mod:`kproxy.modes.iptables`: kube-proxy's iptables proxier (``pkg/proxy/iptables``);
+- :mod:`kproxy.modes.nftables`: kube-proxy's nftables proxier (``pkg/proxy/nftables``);
 - :mod:`kproxy.modes.ipvs`: kube-proxy's ipvs proxier (``pkg/proxy/ipvs``).
 """
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MODES", "ModeInfo", "kernel_modes", "rendered_modes"]
+__all__ = ["MODES", "ModeInfo", "kernel_modes", "rendered_modes", "run_modes", "traced_modes"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,6 +29,8 @@ class ModeInfo:
         kernel: it programs a kernel through :mod:`kproxy.kernel` (``--kernel emulated|linux``).
         renders: ``kproxy render`` prints its programme.
         summary: one line for ``--help``.
+        runs: ``kproxy run`` runs it, and ``trace``/``verify`` follow packets through it (the
+            nftables mode renders only, for now: its kernel model and consumer are not wired).
     """
 
     name: str
@@ -35,6 +38,7 @@ class ModeInfo:
     kernel: bool
     renders: bool
     summary: str
+    runs: bool = True
 
 
 #: Every mode, in the order ``--help`` lists them.
@@ -44,6 +48,8 @@ MODES: dict[str, ModeInfo] = {
                  summary="serve every service port on loopback, rootless"),
         ModeInfo(name="iptables", package="kproxy.modes.iptables", kernel=True, renders=True,
                  summary="kube-proxy's iptables rules"),
+        ModeInfo(name="nftables", package="kproxy.modes.nftables", kernel=True, renders=True,
+                 summary="kube-proxy's nftables table (sets and verdict maps; render only)", runs=False),
         ModeInfo(name="ipvs", package="kproxy.modes.ipvs", kernel=True, renders=True,
                  summary="kube-proxy's IPVS virtual servers, ipsets and iptables rules"),
     )
@@ -58,3 +64,13 @@ def kernel_modes() -> tuple[str, ...]:
 def rendered_modes() -> tuple[str, ...]:
     """The names of the modes ``kproxy render`` prints."""
     return tuple(name for name, info in MODES.items() if info.renders)
+
+
+def run_modes() -> tuple[str, ...]:
+    """The names of the modes ``kproxy run`` runs."""
+    return tuple(name for name, info in MODES.items() if info.runs)
+
+
+def traced_modes() -> tuple[str, ...]:
+    """The names of the modes ``kproxy trace`` follows a packet through."""
+    return tuple(name for name, info in MODES.items() if info.renders and info.runs)

@@ -119,10 +119,14 @@ class ProxyMetrics:
         for latency in latencies_s:
             self.network_programming.observe(max(latency, 0.0))
 
-    def sync_failed(self) -> None:
-        """A sync failed to apply."""
-        for family in self._families:
-            self.restore_failures.labels(ip_family=family).inc()
+    def sync_failed(self, family: str | None = None) -> None:
+        """A sync failed to apply for ``family`` (``"IPv4"``/``"IPv6"``), or for every family when None.
+
+        kube-proxy counts ``iptables_restore_failures_total`` in the proxier of the family whose
+        restore failed; a family not proxied here is counted as given (it names what failed).
+        """
+        for name in self._families if family is None else (family,):
+            self.restore_failures.labels(ip_family=name).inc()
 
     def render(self) -> bytes:
         """The text exposition format of every metric."""
@@ -187,7 +191,8 @@ class LiveCollector(Collector):
                     "watches": "Watch requests started", "failures": "API requests that failed",
                     "expired": "Watches answered 410 Gone (resource version expired)",
                     "stalls": "Watches restarted after falling silent",
-                    "malformed": "Malformed objects or events skipped"}
+                    "malformed": "Malformed objects or events skipped",
+                    "quorum_lists": "Lists read from etcd (no resource version) rather than the watch cache"}
         for field, help_text in counters.items():
             family = CounterMetricFamily(f"kproxy_source_{field}", help_text, labels=["kind"])
             for st in statuses:

@@ -205,7 +205,8 @@ class Observability:
                     self._mark_started()
                     await asyncio.Event().wait()
             except ConfigError as err:
-                _log.error("cannot serve; retrying", endpoint=what, error=str(err), retry_s=RETRY_BIND_S)
+                _log.error(f"cannot serve {endpoint} on {what}; retrying in {RETRY_BIND_S:.1f} s",
+                           endpoint=what, error=str(err), retry_in_s=RETRY_BIND_S)
                 self._mark_started(failed=True)
                 app = _fresh(app)
                 await self._clock.sleep(RETRY_BIND_S)

@@ -5,9 +5,14 @@ Theory of operation
 The reflector follows client-go's ``ListAndWatch`` (``tools/cache/reflector.go``) through the
 state machine of :mod:`kproxy.sources._kube_protocol`:
 
-* LISTING: list every object matching the selector (a consistent read, no resource version),
-  emit the difference from what it held (:func:`~kproxy.sources.base.diff_objects`: objects that
-  vanished while the watch was down are deleted), remember the list's resource version.
+* LISTING: list every object matching the selector, emit the difference from what it held
+  (:func:`~kproxy.sources.base.diff_objects`: objects that vanished while the watch was down
+  are deleted), remember the list's resource version. Which version a list asks for follows
+  client-go's ``relistResourceVersion``: the first list asks for ``resourceVersion=0`` (any
+  version, served from the API server's watch cache); a relist after a 410 asks for the last
+  version seen with ``resourceVersionMatch=NotOlderThan`` (also served from the watch cache);
+  only when that list is itself answered 410 (too old) does the next one ask for no version, a
+  quorum read from etcd. A relist storm (kubernetes#86483) therefore stays off etcd.
 * WATCHING: watch from that version with ``allowWatchBookmarks`` and a server-side
   ``timeoutSeconds`` drawn from ``[watch_timeout_s, 2 * watch_timeout_s)`` as client-go does.
   Every event moves the resource version on; BOOKMARK only moves it. When the server ends the
@@ -17,9 +22,16 @@ state machine of :mod:`kproxy.sources._kube_protocol`:
   of a list) wait a capped, jittered exponential backoff and retry what failed. Nothing is
   emitted on a failure: the last known state stays in force.
 * Stalls: kubernetes-asyncio sets no read timeout on watches (since 32.0.0), so a half-open
-  connection would hang forever. A watchdog task restarts the watch (from its last version)
-  when nothing, not even a bookmark, arrived for ``timeoutSeconds + stall_grace_s``; a server
-  honouring its timeout never stays that quiet, so a healthy watch is never cut.
+  connection would hang forever. Two guards replace client-go's HTTP/2 health check (a ping
+  after 30 s of silence, the connection closed when no answer comes within 15 s):
+
+  - TCP keepalive on every connection the reflector reads (``keepalive_idle_s`` of silence,
+    then ``keepalive_count`` probes ``keepalive_interval_s`` apart: 30 s + 3 x 5 s by
+    default), so the kernel fails a read on a connection whose peer is gone;
+  - a watchdog task restarts the watch (from its last version) when nothing arrived for
+    ``2 * bookmark_interval_s`` (the API server sends a BOOKMARK about every minute to a watch
+    that asked for them), or for ``timeoutSeconds + stall_grace_s`` if that is shorter. A
+    healthy quiet watch gets its bookmarks, so it is never cut.
 * A malformed event or object is logged with its name and skipped; the stream continues.
 
 The HTTP requests are kubernetes-asyncio's generated API calls with ``_preload_content=False``,
@@ -34,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
 import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -80,12 +93,20 @@ class ReflectorOptions:
         stall_grace_s: how much longer than its timeout a silent watch may last.
         list_timeout_s: the total time a list (and a watch's connection) may take.
         backoff: the retry delays after a failure.
+        bookmark_interval_s: how often the API server sends a watch a BOOKMARK (about every
+            minute); a watch silent for twice that is restarted.
+        keepalive_idle_s, keepalive_interval_s, keepalive_count: TCP keepalive of the
+            connections read (``TCP_KEEPIDLE``, ``TCP_KEEPINTVL``, ``TCP_KEEPCNT``).
     """
 
     watch_timeout_s: float = 300.0
     stall_grace_s: float = 30.0
     list_timeout_s: float = 60.0
     backoff: Backoff = field(default_factory=Backoff)
+    bookmark_interval_s: float = 60.0
+    keepalive_idle_s: float = 30.0
+    keepalive_interval_s: float = 5.0
+    keepalive_count: int = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,7 +120,8 @@ class ReflectorStatus:
         objects: how many objects it holds.
         lists, watches: requests started.
         failures: failed requests; ``expired``: 410s; ``stalls``: watches cut for silence;
-        malformed: events or objects skipped.
+        malformed: events or objects skipped; ``quorum_lists``: lists that asked for no
+        resource version (read from etcd rather than the watch cache).
         last_activity: clock time (seconds) of the last byte received or request started.
     """
 
@@ -113,6 +135,7 @@ class ReflectorStatus:
     expired: int
     stalls: int
     malformed: int
+    quorum_lists: int
     last_activity: float
 
 
@@ -157,11 +180,13 @@ class Reflector:
         self._rng = rng
         self._store: dict[ObjectKey, KubeObject] = {}
         self._rv = ""
+        self._rv_unavailable = False  # the last list at self._rv was 410: the next one is a quorum read
+        self._retry_delay_s = 0.0
         self._state = SessionState.LISTING
         self._attempt = 0
         self._last_activity = clock.now()
         self._counts = {"lists": 0, "watches": 0, "failures": 0, "expired": 0, "stalls": 0,
-                        "malformed": 0}
+                        "malformed": 0, "quorum_lists": 0}
 
     def status(self) -> ReflectorStatus:
         """A copy of the counters and state."""
@@ -177,13 +202,10 @@ class Reflector:
 
     async def _step(self) -> SessionEvent:
         if self._state in (SessionState.LIST_BACKOFF, SessionState.WATCH_BACKOFF):
-            delay = self._opts.backoff.delay(self._attempt, self._rng)
-            self._attempt += 1
-            _log.info("retrying after backoff", kind=self.kind, delay_s=round(delay, 3),
-                      attempt=self._attempt, next=("list" if self._state is SessionState.LIST_BACKOFF
-                                                   else "watch"))
-            await self._clock.sleep(delay)
+            _log.debug("backoff over; retrying", kind=self.kind, attempt=self._attempt)
+            await self._clock.sleep(self._retry_delay_s)
             return SessionEvent.WAITED
+        what = "list" if self._state is SessionState.LISTING else "watch"
         try:
             if self._state is SessionState.LISTING:
                 await self._list()
@@ -191,30 +213,60 @@ class Reflector:
             return await self._watch()
         except _Expired:
             self._counts["expired"] += 1
-            _log.info("resource version expired; listing again", kind=self.kind, resource_version=self._rv)
+            if self._state is SessionState.LISTING:  # too old even for the watch cache: read etcd next
+                self._rv_unavailable = True
+                self._backoff()
+                _log.info(f"{self.kind} relist from the watch cache answered 410 (too old); listing "
+                          f"from etcd in {self._retry_delay_s:.1f} s", kind=self.kind,
+                          resource_version=self._rv)
+            else:
+                _log.info(f"{self.kind} watch expired (410); listing again from the watch cache at "
+                          "the last version seen", kind=self.kind, resource_version=self._rv)
             return SessionEvent.GONE
         except (_RequestFailed, *_TRANSIENT) as err:
             self._counts["failures"] += 1
-            _log.warning("API request failed; last known state kept", kind=self.kind,
-                         state=str(self._state), error=str(err) or type(err).__name__,
-                         error_type=type(err).__name__)
+            self._backoff()
+            _log.warning(f"{self.kind} {what} failed; retrying in {self._retry_delay_s:.1f} s, "
+                         "last known state kept", kind=self.kind, error=_describe(err),
+                         retry_in_s=round(self._retry_delay_s, 3), attempt=self._attempt)
+            _log.debug("request failure detail", kind=self.kind, exc_info=err)
             return SessionEvent.FAILED
+
+    def _backoff(self) -> None:
+        """Draw the next retry delay (client-go's jittered exponential backoff)."""
+        self._retry_delay_s = self._opts.backoff.delay(self._attempt, self._rng)
+        self._attempt += 1
 
     # -- list --------------------------------------------------------------------------------
 
+    def _list_version(self) -> dict[str, str]:
+        """The resource version a list asks for, as client-go's ``relistResourceVersion``."""
+        if self._rv_unavailable:
+            return {}  # a quorum read from etcd
+        if not self._rv:
+            return {"resource_version": "0"}  # any version: the watch cache
+        return {"resource_version": self._rv, "resource_version_match": "NotOlderThan"}
+
     async def _list(self) -> None:
         self._counts["lists"] += 1
+        version = self._list_version()
+        if not version:
+            self._counts["quorum_lists"] += 1
         self._last_activity = self._clock.now()
         async with asyncio.timeout(self._opts.list_timeout_s):
             resp = await self._call(label_selector=self._selector, _preload_content=False,
-                                    _request_timeout=self._opts.list_timeout_s, **self._fields)
+                                    _request_timeout=self._opts.list_timeout_s, **version, **self._fields)
             try:
+                _keepalive(resp, self._opts)
                 body = await resp.read()
                 status = int(resp.status)
             finally:
                 resp.release()
         if status != 200:
-            raise _RequestFailed(f"list answered {parse_status(body, status)}")
+            problem = parse_status(body, status)
+            if problem.expired and version:
+                raise _Expired()
+            raise _RequestFailed(f"list answered {problem}")
         data = json.loads(body)
         if not isinstance(data, Mapping) or not isinstance(data.get("items"), list):
             raise _RequestFailed(f"list answer has no items: {body[:120]!r}")
@@ -224,6 +276,7 @@ class Reflector:
             raise _RequestFailed(f"list answer has no metadata.resourceVersion, got {rv!r}")
         self._absorb_list(data["items"])
         self._rv = rv
+        self._rv_unavailable = False
         self._attempt = 0
         self._on_listed(self.kind)
 
@@ -248,7 +301,7 @@ class Reflector:
         timeout_s = max(1, int(self._opts.watch_timeout_s * (1.0 + self._rng.random())))
         self._counts["watches"] += 1
         self._last_activity = self._clock.now()
-        limit_s = timeout_s + self._opts.stall_grace_s
+        limit_s = min(timeout_s + self._opts.stall_grace_s, 2.0 * self._opts.bookmark_interval_s)
         try:
             async with asyncio.TaskGroup() as tg:
                 watchdog = tg.create_task(self._watchdog(limit_s), name=f"{self.kind}-watchdog")
@@ -270,9 +323,10 @@ class Reflector:
                 raise rest from None
             assert stalled is not None
         self._counts["stalls"] += 1
-        _log.warning("watch silent for longer than its timeout plus grace; restarting it",
-                     kind=self.kind, silent_s=round(self._clock.now() - self._last_activity, 3),
-                     limit_s=limit_s, resource_version=self._rv)
+        silent_s = self._clock.now() - self._last_activity
+        _log.warning(f"{self.kind} watch silent for {silent_s:.1f} s (no event, no bookmark); taking it "
+                     "as dead and watching again now from the last version", kind=self.kind,
+                     limit_s=round(limit_s, 3), resource_version=self._rv)
         return SessionEvent.STALLED
 
     async def _watchdog(self, limit_s: float) -> None:
@@ -287,6 +341,7 @@ class Reflector:
                                 timeout_seconds=timeout_s, label_selector=self._selector,
                                 _preload_content=False, _request_timeout=connect, **self._fields)
         try:
+            _keepalive(resp, self._opts)
             status = int(resp.status)
             if status != 200:
                 problem = parse_status(await resp.read(), status)
@@ -388,3 +443,35 @@ class Reflector:
         _log.warning("malformed object or event skipped", kind=self.kind, object=err.obj,
                      field=err.field, problem=err.problem)
 
+
+
+def _describe(err: BaseException) -> str:
+    """One line saying why a request failed: the error's text, else its kind in words."""
+    text = " ".join(str(err).split())
+    if text:
+        return text
+    if isinstance(err, TimeoutError):
+        return "timed out"
+    return type(err).__name__  # aiohttp's ServerDisconnectedError and the like say it in their name
+
+
+def _keepalive(resp: Any, opts: ReflectorOptions) -> None:
+    """Turn on TCP keepalive on the connection ``resp`` is read from (client-go's dialer keeps alive too).
+
+    A connection whose peer vanished (a black-holed API server) then fails its read after
+    ``keepalive_idle_s + keepalive_count * keepalive_interval_s`` seconds instead of hanging.
+    """
+    connection = getattr(resp, "connection", None)
+    transport = getattr(connection, "transport", None)
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        options = (("TCP_KEEPIDLE", opts.keepalive_idle_s), ("TCP_KEEPINTVL", opts.keepalive_interval_s),
+                   ("TCP_KEEPCNT", opts.keepalive_count))
+        for name, value in options:
+            if hasattr(socket, name):  # Linux; macOS has only TCP_KEEPALIVE
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, name), max(1, int(value)))
+    except OSError as err:  # keepalive is a guard, never a reason to fail
+        _log.debug("cannot enable TCP keepalive", error=str(err))

@@ -2,8 +2,12 @@
 
 Two reflectors (:mod:`kproxy.sources._kube_reflector`) list and watch Services (``v1``) and
 EndpointSlices (``discovery.k8s.io/v1``) in every namespace with kube-proxy's label selector
-(:func:`~kproxy.sources._kube_protocol.label_selector`); the source calls ``synced()`` once both
-have emitted their first list, as kube-proxy waits for both informers' ``HasSynced``.
+(:func:`~kproxy.sources._kube_protocol.label_selector`); the Services are also selected with
+kube-proxy's field selector :data:`SERVICE_FIELD_SELECTOR` (``spec.clusterIP!=None``: headless
+Services never cross the wire; kube-proxy builds a separate informer factory for them in
+``cmd/kube-proxy/app/server.go``), while the EndpointSlices keep only the label selector. The
+source calls ``synced()`` once both have emitted their first list, as kube-proxy waits for both
+informers' ``HasSynced``.
 
 Where the client comes from follows kube-proxy (``cmd/kube-proxy/app/server.go``,
 ``createClient``): ``--kubeconfig`` (with ``--master`` overriding its server), else ``--master``
@@ -34,6 +38,7 @@ from kproxy.sources.base import Emit, Event, Synced
 
 __all__ = [
     "LABEL_ZONE",
+    "SERVICE_FIELD_SELECTOR",
     "TO_BE_DELETED_TAINT",
     "ApiClientFactory",
     "KubeSource",
@@ -56,6 +61,9 @@ LABEL_ZONE = "topology.kubernetes.io/zone"
 #: reports ``nodeEligible: false`` (``pkg/proxy/healthcheck/proxy_health.go``).
 TO_BE_DELETED_TAINT = "ToBeDeletedByClusterAutoscaler"
 
+#: kube-proxy's field selector on Services: headless Services (``clusterIP: None``) are not proxied.
+SERVICE_FIELD_SELECTOR = "spec.clusterIP!=None"
+
 #: ``await factory()`` returns a kubernetes-asyncio ``ApiClient`` the source closes when done.
 ApiClientFactory = Callable[[], Awaitable[Any]]
 
@@ -71,6 +79,14 @@ class KubeSourceOptions:
         stall_grace_s: how much longer than its timeout a silent watch may last, seconds.
         list_timeout_s: how long a list or a watch's connection may take, seconds.
         backoff: retry delays after a failure (client-go's: 0.8 s doubling to 30 s, jitter 1).
+        bookmark_interval_s: how often the API server sends a BOOKMARK (about 60 s); a watch
+            silent for twice that is taken as dead and restarted from its last version.
+        keepalive_idle_s, keepalive_interval_s: TCP keepalive of the API connections, seconds
+            (30 s idle, then 3 probes 5 s apart: a dead peer is noticed in about 45 s, as
+            client-go's 30 s ping plus 15 s timeout).
+
+    Raises:
+        InvalidArgument: a duration that is not > 0 seconds.
     """
 
     service_proxy_name: str | None = None
@@ -78,12 +94,24 @@ class KubeSourceOptions:
     stall_grace_s: float = 30.0
     list_timeout_s: float = 60.0
     backoff: Backoff = field(default_factory=Backoff)
+    bookmark_interval_s: float = 60.0
+    keepalive_idle_s: float = 30.0
+    keepalive_interval_s: float = 5.0
 
     def __post_init__(self) -> None:
-        for name in ("watch_timeout_s", "stall_grace_s", "list_timeout_s"):
+        for name in ("watch_timeout_s", "stall_grace_s", "list_timeout_s", "bookmark_interval_s",
+                     "keepalive_idle_s", "keepalive_interval_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidArgument(f"KubeSourceOptions.{name} must be > 0 seconds, got {name}={value!r}")
+
+    def reflector_options(self) -> ReflectorOptions:
+        """The timing each reflector runs with."""
+        return ReflectorOptions(watch_timeout_s=self.watch_timeout_s, stall_grace_s=self.stall_grace_s,
+                                list_timeout_s=self.list_timeout_s, backoff=self.backoff,
+                                bookmark_interval_s=self.bookmark_interval_s,
+                                keepalive_idle_s=self.keepalive_idle_s,
+                                keepalive_interval_s=self.keepalive_interval_s)
 
 
 class KubeSource:
@@ -138,20 +166,18 @@ class KubeSource:
                         synced()
 
             selector = label_selector(self._opts.service_proxy_name)
-            ropts = ReflectorOptions(watch_timeout_s=self._opts.watch_timeout_s,
-                                     stall_grace_s=self._opts.stall_grace_s,
-                                     list_timeout_s=self._opts.list_timeout_s, backoff=self._opts.backoff)
+            ropts = self._opts.reflector_options()
             core, discovery = k8s_client.CoreV1Api(api), k8s_client.DiscoveryV1Api(api)
             self._reflectors = [
                 Reflector(kind="Service", api_version="v1", call=core.list_service_for_all_namespaces,
                           selector=selector, emit=emit, on_listed=on_listed, options=ropts,
-                          clock=self._clock, rng=self._rng),
+                          clock=self._clock, rng=self._rng, field_selector=SERVICE_FIELD_SELECTOR),
                 Reflector(kind="EndpointSlice", api_version="discovery.k8s.io/v1",
                           call=discovery.list_endpoint_slice_for_all_namespaces, selector=selector,
                           emit=emit, on_listed=on_listed, options=ropts, clock=self._clock, rng=self._rng),
             ]
             _log.info("watching the API server", host=getattr(api.configuration, "host", "?"),
-                      label_selector=selector)
+                      label_selector=selector, service_field_selector=SERVICE_FIELD_SELECTOR)
             async with asyncio.TaskGroup() as tg:
                 for reflector in self._reflectors:
                     tg.create_task(reflector.run(), name=f"kube-{reflector.kind}")
@@ -200,9 +226,7 @@ class NodeWatch:
         """
         api = await self._factory()
         try:
-            ropts = ReflectorOptions(watch_timeout_s=self._opts.watch_timeout_s,
-                                     stall_grace_s=self._opts.stall_grace_s,
-                                     list_timeout_s=self._opts.list_timeout_s, backoff=self._opts.backoff)
+            ropts = self._opts.reflector_options()
 
             def ignore(_: Any) -> None:
                 return None

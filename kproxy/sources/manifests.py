@@ -10,9 +10,16 @@ Theory of operation
 Nothing bad in a file stops the rest: an invalid object (or part of one) is logged with its
 file, object and field and left out; a file that no longer parses (a YAML syntax error, often a
 save in progress) is logged with its line and keeps serving its last good objects; a deleted
-file deletes its objects. The same object (kind, namespace, name) defined twice is a warning and
-the last definition wins (files in order, documents in order), as ``kubectl apply`` of both
-would leave it.
+file deletes its objects. The same object (kind, namespace, name) defined twice is a warning
+naming the document of each definition, and the last definition wins (files in order,
+documents in order), as ``kubectl apply`` of both would leave it.
+
+Deleting objects needs positive evidence: a readable file without them, or a file gone from a
+folder that could be read. A given path that is missing (moved away, a dangling symlink) or a
+folder that cannot be listed (permissions) is an error naming it, logged once, and every object
+of the files under it is kept until the path is back; kube-proxy likewise keeps its rules when
+its informers lose the API server. (A missing path at start is still an error: there is no last
+good state to keep.)
 
 :class:`ManifestSource` polls: every ``poll_interval_s`` it stats every file and re-reads those
 whose inode, size, mtime or ctime changed, then emits the difference between the objects it
@@ -26,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import stat as stat_module
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +45,7 @@ import yaml
 from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import InvalidArgument, InvalidObject, SourceError
 from kproxy.model import KubeObject, parse_objects
+from kproxy.sources._gcpause import collector_paused
 from kproxy.sources.base import Emit, Event, ObjectKey, Synced, diff_objects, object_key
 
 __all__ = ["MANIFEST_SUFFIXES", "ManifestSource", "load_manifests"]
@@ -49,9 +58,10 @@ _log = structlog.get_logger("kproxy.sources")
 
 @dataclass(slots=True)
 class _Parsed:
-    """One file's objects (with where each was found) and the problems of its objects."""
+    """One file's objects (with where each was found: a label and the 1-based document index)
+    and the problems of its objects."""
 
-    objects: list[tuple[KubeObject, str]] = field(default_factory=list)
+    objects: list[tuple[KubeObject, str, int]] = field(default_factory=list)
     problems: list[InvalidObject] = field(default_factory=list)
 
 
@@ -67,21 +77,61 @@ def _check_paths(paths: Iterable[str | os.PathLike[str]]) -> list[Path]:
     return out
 
 
-def _expand(paths: Sequence[Path], ignore: frozenset[Path] = frozenset()) -> list[Path]:
+def _walk(folder: Path, unavailable: dict[Path, str]) -> list[Path]:
+    """The manifest files under ``folder`` (symlinks followed, loops cut), sorted; folders that
+    cannot be listed go into ``unavailable`` with the reason."""
+    found: list[Path] = []
+    visited: set[tuple[int, int]] = set()
+
+    def on_error(err: OSError) -> None:
+        where = Path(err.filename) if err.filename else folder
+        unavailable[where] = err.strerror or str(err)
+
+    for root, dirs, files in os.walk(folder, onerror=on_error, followlinks=True):
+        try:
+            st = os.stat(root)
+        except OSError as err:
+            on_error(err)
+            dirs[:] = []
+            continue
+        if (st.st_dev, st.st_ino) in visited:  # a symlink loop
+            dirs[:] = []
+            continue
+        visited.add((st.st_dev, st.st_ino))
+        base = Path(root)
+        found.extend(base / name for name in files
+                     if Path(name).suffix in MANIFEST_SUFFIXES and (base / name).is_file())
+    return sorted(found)
+
+
+def _expand(
+    paths: Sequence[Path], ignore: frozenset[Path] = frozenset(),
+    unavailable: dict[Path, str] | None = None,
+) -> list[Path]:
     """Every manifest file under ``paths``: files as given, folders recursively, no duplicates.
 
     A file reached twice (through two paths naming it) counts once; files in ``ignore``
-    (resolved paths, e.g. kproxy's own ``--address-map``) are left out.
+    (resolved paths, e.g. kproxy's own ``--address-map``) are left out. A given path that is
+    missing, or a folder that cannot be listed, is put into ``unavailable`` (path -> reason).
     """
     seen: set[Path] = set(ignore)
     out: list[Path] = []
+    missing: dict[Path, str] = {} if unavailable is None else unavailable
     for path in paths:
-        if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in MANIFEST_SUFFIXES and p.is_file())
-        elif path.exists():
-            found = [path]
+        try:
+            st = path.stat()
+        except OSError as err:  # gone, a dangling symlink, or a parent that cannot be searched
+            missing[path] = err.strerror or str(err)
+            continue
+        if stat_module.S_ISDIR(st.st_mode):
+            try:
+                os.scandir(path).close()
+            except OSError as err:
+                missing[path] = err.strerror or str(err)
+                continue
+            found = _walk(path, missing)
         else:
-            found = []
+            found = [path]
         for p in found:
             real = _resolve(p)
             if real not in seen:
@@ -95,6 +145,15 @@ def _resolve(path: Path) -> Path:
         return path.resolve()
     except OSError:  # a symlink loop: keep the path as given
         return path
+
+
+def _under(path: Path, top: Path) -> bool:
+    return path == top or top in path.parents
+
+
+def _under_any(path: Path, tops: Iterable[Path]) -> bool:
+    """``path`` is, or is inside, one of ``tops`` (a missing given path or an unreadable folder)."""
+    return any(_under(path, top) for top in tops)
 
 
 #: libyaml's loader when PyYAML was built with it (about 8x faster), else the pure-Python one.
@@ -159,7 +218,7 @@ def _parse_file(path: Path) -> _Parsed:
     for i, doc in enumerate(docs, start=1):
         where = f"document {i}" if several else ""
         result = parse_objects(doc, source=str(path), where=where)
-        parsed.objects.extend((obj, where) for obj in result.objects)
+        parsed.objects.extend((obj, where, i) for obj in result.objects)
         parsed.problems.extend(result.problems)
     return parsed
 
@@ -172,9 +231,9 @@ def _merge(
     origin: dict[ObjectKey, str] = {}
     duplicates: list[InvalidObject] = []
     for path, parsed in files:
-        for obj, where in parsed.objects:
+        for obj, where, index in parsed.objects:
             key = object_key(obj)
-            here = f"{path} {where}".strip()
+            here = f"{path} document {index}"
             if key in origin:
                 duplicates.append(InvalidObject(
                     source=str(path), obj=f"{where} {key}".strip(), field="metadata.name",
@@ -272,6 +331,7 @@ class ManifestSource:
         self._broken: dict[Path, _FileError] = {}
         self._view: dict[ObjectKey, KubeObject] = {}
         self._reported_duplicates: set[str] = set()
+        self._unavailable: dict[Path, str] = {}
         self.reload_count = 0
 
     @property
@@ -285,7 +345,10 @@ class ManifestSource:
 
     def problems(self) -> list[InvalidObject | SourceError]:
         """The problems found by the last reload: bad files, bad objects, duplicates."""
-        out: list[InvalidObject | SourceError] = list(self._broken.values())
+        out: list[InvalidObject | SourceError] = [
+            SourceError(f"manifest path {str(p)!r} cannot be read ({why}); its last good objects are kept")
+            for p, why in self._unavailable.items()]
+        out.extend(self._broken.values())
         for parsed in self._files.values():
             out.extend(parsed.problems)
         _, duplicates = _merge(self._files.items())
@@ -310,8 +373,12 @@ class ManifestSource:
 
     async def _reload(self) -> list[Event]:
         if self._parse_in_thread:
-            return await asyncio.to_thread(self.reload)
+            return await asyncio.to_thread(self._reload_paused)
         return self.reload()
+
+    def _reload_paused(self) -> list[Event]:
+        with collector_paused():  # a full collection mid-parse would stall the loop too
+            return self.reload()
 
     def reload(self) -> list[Event]:
         """Re-read the files that changed and return the events since the last reload.
@@ -320,8 +387,12 @@ class ManifestSource:
             ``list[Event]``: what changed in the served objects (empty when nothing did).
         """
         self.reload_count += 1
-        found = _expand(self._paths, self._ignore)
-        for path in [p for p in self._stats if p not in found]:
+        unavailable: dict[Path, str] = {}
+        found = _expand(self._paths, self._ignore, unavailable)
+        self._report_unavailable(unavailable)
+        kept = [p for p in self._stats if p not in found and _under_any(p, unavailable)]
+        found_set = set(found)
+        for path in [p for p in self._stats if p not in found_set and p not in kept]:
             del self._stats[path]
             self._broken.pop(path, None)
             if self._files.pop(path, None) is not None:
@@ -332,7 +403,8 @@ class ManifestSource:
                 continue
             self._stats[path] = stat
             self._load(path)
-        ordered = [(p, self._files[p]) for p in found if p in self._files]
+        ordered = [(p, self._files[p]) for p in sorted(found_set.union(kept), key=self._order)
+                   if p in self._files]
         merged, duplicates = _merge(ordered)
         for dup in duplicates:
             if str(dup) not in self._reported_duplicates:
@@ -342,6 +414,22 @@ class ManifestSource:
         events = diff_objects(self._view, merged)
         self._view = merged
         return events
+
+    def _order(self, path: Path) -> tuple[int, Path]:
+        """Merge order: by the given path the file is under, then by file path."""
+        for i, given in enumerate(self._paths):
+            if _under(path, given):
+                return i, path
+        return len(self._paths), path
+
+    def _report_unavailable(self, now: dict[Path, str]) -> None:
+        for path, why in now.items():
+            if self._unavailable.get(path) != why:
+                _log.error("manifest path cannot be read; its last good objects are kept until it is back",
+                           path=str(path), error=why)
+        for path in self._unavailable.keys() - now.keys():
+            _log.info("manifest path is readable again", path=str(path))
+        self._unavailable = now
 
     def _load(self, path: Path) -> None:
         try:

@@ -291,9 +291,11 @@ class BoundedFrequencyRunner:
                 self.run_count += 1
                 self.failure_count += 1
                 self._fire(RunnerEvent.FAILED)
-                _log.error("sync failed; will retry", runner=self._name, reason=str(reason),
-                           error=str(err), error_type=type(err).__name__,
-                           retry_at=self.next_due_at(), exc_info=err)
+                retry_in_s = max(self.next_due_at() - self._clock.now(), 0.0)
+                _log.error(f"sync failed; retrying in {retry_in_s:.1f} s (sooner when a change arrives)",
+                           runner=self._name, reason=str(reason), error=_one_line(err),
+                           retry_in_s=round(retry_in_s, 3))
+                _log.debug("sync failure traceback", runner=self._name, exc_info=err)
             else:
                 self._last_run_end = self._clock.now()
                 self.run_count += 1
@@ -305,6 +307,11 @@ class BoundedFrequencyRunner:
         except InvalidTransition:
             self._state = RunnerState.ERROR
             raise
+
+
+def _one_line(err: BaseException) -> str:
+    """``err`` as one line: its message (a group's names each failure), else its kind."""
+    return " ".join(str(err).split()) if str(err) else type(err).__name__
 
 
 async def _sleep_or_wake(clock: Clock, seconds: float, wake: asyncio.Event) -> None:

@@ -14,6 +14,12 @@ Service changes both Services.
 (:func:`kproxy.model.build_service_ports`), keeps every other one from the previous Snapshot,
 and names in ``changed`` the ServicePortNames whose infos were added, removed or differ.
 
+Each checkout also finds :class:`PortConflict`: two Services answering on one ClusterIP, port
+and protocol. The API server's allocator never gives a ClusterIP twice, so kube-proxy has no
+rule for it (its proxiers write every port, in Go map order, and the first rule to match wins);
+hand-written manifests can, so the conflict is named (both objects and where each came from)
+for the engine to report.
+
 Pure: no asyncio, no I/O. Time comes from an injected ``now`` callable.
 """
 
@@ -37,7 +43,7 @@ from kproxy.model import (
 )
 from kproxy.sources.base import Event, EventType
 
-__all__ = ["ChangeTracker", "PendingChange", "changed_names"]
+__all__ = ["ChangeTracker", "PendingChange", "PortConflict", "changed_names", "port_conflicts"]
 
 _PortKey = tuple[IPFamily, ServicePortName]
 
@@ -62,6 +68,47 @@ class PendingChange:
 
     service: NamespacedName
     queued_at: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PortConflict:
+    """Several Service ports on one ClusterIP, port and protocol.
+
+    Attributes:
+        address: ``IP:PORT/PROTOCOL``.
+        ports: the ServicePortNames sharing it, sorted by namespace/name: kproxy writes its
+            rules in that order, so where several have endpoints the first one matches.
+        sources: where each Service came from (a file, ``kube``, ``memory``), in the same order.
+    """
+
+    address: str
+    ports: tuple[ServicePortName, ...]
+    sources: tuple[str, ...]
+
+    def __str__(self) -> str:
+        named = ", ".join(f"Service {p} ({src or 'unknown source'})"
+                          for p, src in zip(self.ports, self.sources, strict=True))
+        return f"{self.address} is used by {named}"
+
+
+def port_conflicts(
+    ports: Mapping[_PortKey, ServicePortInfo], services: Mapping[NamespacedName, Service]
+) -> tuple[PortConflict, ...]:
+    """Every ClusterIP, port and protocol used by more than one Service port, sorted by address."""
+    users: dict[tuple[str, int, str], list[ServicePortName]] = {}
+    for (_, spn), info in ports.items():
+        if info.cluster_ip:
+            users.setdefault((info.cluster_ip, info.port, str(info.protocol)), []).append(spn)
+    out = []
+    for (ip, port, proto), names in sorted(users.items()):
+        if len(names) < 2:
+            continue
+        names.sort(key=lambda n: (n.namespace, n.name, n.port))
+        where = "[" + ip + "]" if ":" in ip else ip
+        srcs = tuple(getattr(services.get(NamespacedName(namespace=n.namespace, name=n.name)), "source", "")
+                     for n in names)
+        out.append(PortConflict(address=f"{where}:{port}/{proto}", ports=tuple(names), sources=srcs))
+    return tuple(out)
 
 
 def changed_names(
@@ -94,6 +141,8 @@ class ChangeTracker:
         self._pending: dict[NamespacedName, tuple[_ServiceState, float | None]] = {}
         self._ports_of: dict[NamespacedName, dict[_PortKey, ServicePortInfo]] = {}
         self._snapshot: Snapshot | None = None
+        self.conflicts: tuple[PortConflict, ...] = ()
+        """The ClusterIP conflicts of the last Snapshot handed out (see :class:`PortConflict`)."""
 
     @property
     def node(self) -> NodeConfig:
@@ -130,12 +179,12 @@ class ChangeTracker:
 
     def pending(self) -> tuple[PendingChange, ...]:
         """The pending Services, oldest change first."""
-        items = [PendingChange(service=k, queued_at=t) for k, (_, t) in self._pending.items()]
+        items = [PendingChange(service=k, queued_at=t) for k, (_, t) in list(self._pending.items())]
         return tuple(sorted(items, key=lambda p: (p.queued_at or 0.0, p.service)))
 
     def oldest_pending_since(self) -> float | None:
         """When the oldest pending change was queued (seconds, clock time); None if none or no clock."""
-        times = [t for _, t in self._pending.values() if t is not None]
+        times = [t for _, t in list(self._pending.values()) if t is not None]
         return min(times) if times else None
 
     def services(self) -> tuple[Service, ...]:
@@ -194,6 +243,8 @@ class ChangeTracker:
         ports: dict[_PortKey, ServicePortInfo] = {}
         for infos in self._ports_of.values():
             ports.update(infos)
+        if new_ports or old_ports:
+            self.conflicts = port_conflicts(ports, self._services)
         revision = 1 if self._snapshot is None else self._snapshot.revision + 1
         self._snapshot = Snapshot(revision=revision, node=self._node, ports=MappingProxyType(ports),
                                   changed=changed_names(old_ports, new_ports))

@@ -30,7 +30,8 @@ from typing import Any
 
 from emulation import Interface, Node, Route
 from emulation import Packet as EmulatedPacket
-from kproxy.errors import InvalidArgument
+from kproxy.config.run import RunConfig
+from kproxy.errors import ConfigError, InvalidArgument
 from kproxy.model import (
     EndpointSlice,
     IPFamily,
@@ -94,16 +95,18 @@ class NodeSpec:
 
     Attributes:
         hostname: the node's name; endpoints whose ``nodeName`` equals it are local.
-        node_ips: its addresses on ``eth0``, at most one per family (the family's primary IP).
+        node_ips: its addresses on ``eth0``; several per family are allowed (kube-proxy's
+            fixtures have them), the first of a family is its primary IP.
         cluster_cidrs: the pod CIDRs (``--cluster-cidr``), at most one per family.
         local_pod_cidrs: this node's share of them, on the ``cbr0`` bridge (the gateway is the
             first address), one per family.
         masquerade_all: ``--masquerade-all``.
         nodeport_addresses: ``--nodeport-addresses`` (empty: every local address).
         families: the families proxied, primary first.
+        zone: its ``topology.kubernetes.io/zone`` label (``--node-zone``), for topology hints.
 
     Raises:
-        InvalidArgument: a malformed address or CIDR, two of one family, a local pod CIDR
+        InvalidArgument: a malformed address or CIDR, two CIDRs of one family, a local pod CIDR
             outside the cluster CIDR, or no family.
     """
 
@@ -114,19 +117,16 @@ class NodeSpec:
     masquerade_all: bool = False
     nodeport_addresses: tuple[str, ...] = ()
     families: tuple[IPFamily, ...] = (IPFamily.IPv4, IPFamily.IPv6)
+    zone: str | None = None
 
     def __post_init__(self) -> None:
         if not self.families or len(set(self.families)) != len(self.families):
             raise InvalidArgument(f"families: expected IPv4 and/or IPv6 once each, got {self.families!r}")
-        seen: set[int] = set()
         for ip in self.node_ips:
             try:
-                version = ipaddress.ip_address(ip).version
+                ipaddress.ip_address(ip)
             except ValueError:
                 raise InvalidArgument(f"node_ips: expected IP addresses, got {ip!r}") from None
-            if version in seen:
-                raise InvalidArgument(f"node_ips: one address per family, got {self.node_ips!r}")
-            seen.add(version)
         for name in ("cluster_cidrs", "local_pod_cidrs"):
             versions = [_network(c, name).version for c in getattr(self, name)]
             if len(set(versions)) != len(versions):
@@ -138,6 +138,38 @@ class NodeSpec:
             outer = self.cluster_cidr(net.version)
             if outer is not None and not net.subnet_of(_network(outer, "cluster_cidrs")):  # type: ignore[arg-type]
                 raise InvalidArgument(f"local_pod_cidrs: {local} is outside the cluster CIDR {outer}")
+
+    @classmethod
+    def from_run(cls, run: RunConfig, *, primary_family_only: bool = False) -> NodeSpec:
+        """The node a run configuration describes (``kproxy verify``'s node flags).
+
+        Without ``--node-ip`` or ``--cluster-cidr`` the defaults of this class stand in; this
+        node's pods are the first /24 (/64) of each cluster CIDR. The families are the
+        configuration's (those of the node IPs unless given), or only the primary one.
+
+        Raises:
+            ConfigError: ``--ip-families`` names a family no ``--node-ip`` has, or the values do
+                not make a node (naming the flags).
+        """
+        node = run.node
+        cidrs = run.rules.cluster_cidrs or cls().cluster_cidrs
+        local = []
+        for cidr in cidrs:
+            net = ipaddress.ip_network(cidr, strict=False)
+            size = 24 if net.version == 4 else 64
+            local.append(str(next(net.subnets(new_prefix=size)) if net.prefixlen < size else net))
+        families = node.ip_families[:1] if primary_family_only else node.ip_families
+        have = {IPFamily.IPv6 if ":" in ip else IPFamily.IPv4 for ip in node.node_ips}
+        missing = [f for f in families if node.node_ips and f not in have]
+        if missing:
+            raise ConfigError(f"--ip-families {','.join(families)}: no --node-ip of {missing[0]} "
+                              f"(given: {', '.join(node.node_ips)})")
+        try:
+            return cls(hostname=node.hostname, node_ips=node.node_ips or cls().node_ips, cluster_cidrs=cidrs,
+                       local_pod_cidrs=tuple(local), masquerade_all=run.rules.masquerade_all,
+                       nodeport_addresses=run.rules.nodeport_addresses, families=families, zone=node.zone)
+        except InvalidArgument as err:
+            raise ConfigError(f"node flags (--node-ip, --cluster-cidr): {err}") from None
 
     def node_ip(self, version: int) -> str | None:
         """The node IP of IP ``version`` (4 or 6), or None."""
@@ -154,7 +186,7 @@ class NodeSpec:
 
     def node_config(self) -> NodeConfig:
         """The model's view of this node."""
-        return NodeConfig(hostname=self.hostname, ip_families=self.families)
+        return NodeConfig(hostname=self.hostname, zone=self.zone, ip_families=self.families)
 
 
 def emulated_node(spec: NodeSpec) -> Node:
@@ -174,6 +206,8 @@ def emulated_node(spec: NodeSpec) -> Node:
         eth.append(f"{ip}/{prefix}")
         gateway = str(next(a for a in net.hosts() if str(a) != ip))
         routes.append(Route(destination="default", device=EXTERNAL_INTERFACE, via=gateway, version=version))
+        extra = [a for a in spec.node_ips if ipaddress.ip_address(a).version == version and a != ip]
+        eth.extend(f"{a}/{32 if version == 4 else 128}" for a in extra)  # secondary node addresses
     bridge = []
     for cidr in spec.local_pod_cidrs:
         net = _network(cidr, "local_pod_cidrs")

@@ -9,6 +9,12 @@ allocated), scale it (identity backends are started or stopped on ``127.0.0.1``,
 every TCP line or UDP datagram with ``<ip:port> <request>``, and the endpoints follow), remove it,
 and send a request through the proxy to learn which backend answered. On exit every backend and
 the proxy are closed, in reverse order of creation.
+
+Naming the ports. :meth:`InProcessCluster.add_service` returns ``namespace/name``. A Service
+with one port leaves it unnamed; with several, port ``N`` is named ``pN`` (``shop/web:p80``).
+Every helper that takes a service accepts ``ns/name`` (its first port), ``ns/name:NUMBER``
+(``shop/web:8443``) or ``ns/name:NAME`` (``shop/web:p8443``); ``name`` alone means the
+``default`` namespace.
 """
 
 from __future__ import annotations
@@ -101,6 +107,7 @@ class InProcessCluster:
         self.source = source
         self.running = running
         self._backends: dict[tuple[str, str, str], list[_Backend]] = {}
+        self._ports: dict[str, tuple[int, ...]] = {}
         self._next_ip = 1
 
     # -- changing the cluster -----------------------------------------------------------------
@@ -111,7 +118,8 @@ class InProcessCluster:
 
         Args:
             name: ``namespace/name`` (or ``name`` in ``default``).
-            ports: its port numbers (one port: unnamed; several: ``p<number>``).
+            ports: its port numbers (one port: unnamed; several: ``p<number>``; see the module
+                docstring for addressing them).
             replicas: backends to start for its first port.
             protocol: TCP or UDP, for every port.
             **spec: more ``spec`` fields by their API names (``sessionAffinity="ClientIP"``).
@@ -132,33 +140,62 @@ class InProcessCluster:
                  for p in ports]
         svc = self.source.add_service(name, cluster_ip, specs, **spec)
         key = f"{svc.namespace}/{svc.name}"
+        self._ports[key] = tuple(ports)
         if replicas:
-            port_name = "" if len(ports) == 1 else f"p{ports[0]}"
-            await self.scale(key, replicas, port_name=port_name, protocol=protocol)
+            await self.scale(key, replicas, protocol=protocol)
         await self.sync()
         return key
 
-    async def scale(self, service: str, replicas: int, *, port_name: str = "",
+    def resolve_port(self, service: str) -> tuple[str, str]:
+        """``(ns/name, port name)`` of ``service``, given as ``ns/name[:NUMBER|:NAME]`` (module docstring).
+
+        Raises:
+            LookupError: a port this cluster's helpers did not create (by number or by name).
+        """
+        base, sep, port = service.partition(":")
+        key = base if "/" in base else f"default/{base}"
+        ports = self._ports.get(key)
+        if ports is None:  # made through self.source directly: take the text as it is
+            return key, port
+        names = {p: ("" if len(ports) == 1 else f"p{p}") for p in ports}
+        if not sep:
+            return key, names[ports[0]]
+        for number, name in names.items():
+            if port in (str(number), name) and port:
+                return key, name
+        raise LookupError(f"{key} has no port {port!r}; its ports: "
+                          + ", ".join(f"{n} ({key}:{n}" + (f" or {key}:{m})" if m else ")")
+                                      for n, m in names.items()))
+
+    async def scale(self, service: str, replicas: int, *, port_name: str | None = None,
                     protocol: str = "TCP") -> list[str]:
         """Start or stop identity backends until ``service``'s port has ``replicas`` of them.
+
+        Args:
+            service: ``ns/name`` (its first port), ``ns/name:NUMBER`` or ``ns/name:NAME``.
+            replicas: how many backends the port should have.
+            port_name: the port's name, instead of naming it in ``service``.
+            protocol: TCP or UDP.
 
         Returns:
             The endpoints now (``ip:port``), oldest first.
 
         Raises:
             InvalidArgument: ``replicas`` < 0, or a malformed service name.
+            LookupError: no such port.
             TimeoutError: the proxy did not apply the change in time.
         """
         if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 0:
             raise InvalidArgument(f"replicas must be an int >= 0, got {replicas=!r}")
-        key = (service if "/" in service else f"default/{service}", port_name, protocol.upper())
+        base, named = self.resolve_port(service)
+        key: tuple[str, str, str] = (base, named if port_name is None else port_name, protocol.upper())
         backends = self._backends.setdefault(key, [])
         while len(backends) < replicas:
             backends.append(await self._start_backend(key[2]))
         while len(backends) > replicas:
             await backends.pop().aclose()
         addresses = [b.address for b in backends]
-        self.source.set_endpoints(key[0], addresses, port_name=port_name, protocol=key[2])
+        self.source.set_endpoints(key[0], addresses, port_name=key[1], protocol=key[2])
         await self.sync()
         return addresses
 
@@ -169,7 +206,9 @@ class InProcessCluster:
             InvalidArgument: no such Service.
             TimeoutError: the proxy did not apply it in time.
         """
-        ns, _, name = (service if "/" in service else f"default/{service}").partition("/")
+        base = service.partition(":")[0]
+        ns, _, name = (base if "/" in base else f"default/{base}").partition("/")
+        self._ports.pop(f"{ns}/{name}", None)
         for key in [k for k in self._backends if k[0] == f"{ns}/{name}"]:
             self.source.set_endpoints(key[0], [], port_name=key[1], protocol=key[2])
             for backend in self._backends.pop(key):
@@ -190,23 +229,34 @@ class InProcessCluster:
 
     # -- talking to it ------------------------------------------------------------------------
 
-    def address(self, service: str, protocol: str = "TCP") -> tuple[str, int]:
-        """Where the proxy serves ``service`` (``ns/name[:port]``) over ``protocol``.
+    def address(self, service: str, protocol: str = "TCP",
+                family: IPFamily | str | None = None) -> tuple[str, int]:
+        """Where the proxy serves ``service`` over ``protocol`` (and ``family``, for dual-stack ports).
+
+        Args:
+            service: ``ns/name`` (its first port), ``ns/name:NUMBER`` or ``ns/name:NAME``.
+            protocol: TCP or UDP.
+            family: IPv4 or IPv6; None prefers IPv4.
 
         Raises:
-            LookupError: it is not served.
+            LookupError: it is not served (the message lists what the Service serves).
         """
-        return self.running.listen_address(service if "/" in service else f"default/{service}", protocol)
+        base, port_name = self.resolve_port(service)
+        return self.running.listen_address(f"{base}:{port_name}" if port_name else base, protocol, family)
 
-    async def request(self, service: str, payload: str = "hello", *, protocol: str = "TCP") -> str:
+    async def request(self, service: str, payload: str = "hello", *, protocol: str = "TCP",
+                      family: IPFamily | str | None = None) -> str:
         """Send ``payload`` through the proxy to ``service`` and return the answering backend's ``ip:port``.
+
+        Args:
+            service: ``ns/name`` (its first port), ``ns/name:NUMBER`` or ``ns/name:NAME``.
 
         Raises:
             LookupError: the service port is not served.
             ConnectionError: the proxy refused or closed the connection.
             TimeoutError: no answer within :data:`IDENTITY_TIMEOUT_S`.
         """
-        host, port = self.address(service, protocol)
+        host, port = self.address(service, protocol, family)
         async with asyncio.timeout(IDENTITY_TIMEOUT_S):
             if protocol.upper() == "UDP":
                 loop = asyncio.get_running_loop()

@@ -8,9 +8,12 @@ Installed with kproxy, it gives every test suite:
 - ``kproxy_modes`` (session fixture): that list, as a tuple of names, for
   :func:`~kproxy.testing.assert_equivalent` (session-scoped, so Hypothesis tests may use it).
 - ``kproxy_cluster`` (async fixture, needs pytest-asyncio; mark the test ``@pytest.mark.asyncio``
-  unless ``asyncio_mode = auto``): a running
+  unless ``asyncio_mode = auto``, and set ``asyncio_default_fixture_loop_scope = function`` in
+  the project's pytest configuration, or pytest-asyncio warns that it is unset): a running
   :class:`~kproxy.testing.InProcessCluster` (memory source, userspace proxy, helpers to start
-  loopback identity backends and to add, scale and remove Services while the test runs)::
+  loopback identity backends and to add, scale and remove Services while the test runs; a port
+  is addressed as ``ns/name``, ``ns/name:NUMBER`` or ``ns/name:NAME``, see
+  :mod:`kproxy.testing.harness`)::
 
       @pytest.mark.asyncio
       async def test_scaling(kproxy_cluster):

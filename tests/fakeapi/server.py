@@ -10,7 +10,11 @@ HTTP on 127.0.0.1, so kubernetes-asyncio talks to it over TCP as to a cluster:
 * Every change takes the next value of one resource-version counter (etcd's revision).
 * A list answers ``{"kind": "ServiceList", "metadata": {"resourceVersion": "N"}, "items": [...]}``
   (items without ``kind``/``apiVersion``, as the real server writes them), filtered by
-  ``labelSelector``.
+  ``labelSelector`` and ``fieldSelector`` (lists and watches alike). A list without
+  ``resourceVersion`` is a quorum read (etcd; counted in :attr:`FakeApiServer.quorum_lists`);
+  ``resourceVersion=0`` or ``resourceVersionMatch=NotOlderThan`` is served from the watch cache,
+  which answers 410 for a version older than its window (see :meth:`expire` ``lists=True``).
+  :attr:`FakeApiServer.served` records every object written to a client.
 * A watch (``?watch=true``) answers a chunked stream of one JSON event per line. From
   ``resourceVersion`` R it first replays the changes after R, then streams live ones; changes that
   move an object into or out of the selector become ADDED or DELETED, as the watch cache does.
@@ -20,9 +24,11 @@ HTTP on 127.0.0.1, so kubernetes-asyncio talks to it over TCP as to a cluster:
   event carrying a 410 ``Expired`` Status (or an HTTP 410, with ``expired_as_http``).
 
 Controls for tests: :meth:`drop_watches` (cut open streams mid-chunk), :meth:`stall` (open and
-new watches fall silent without closing, until :meth:`unstall`), :meth:`fail` (answer every
-request with a 5xx Status), :meth:`expire` (compact history; open watches get the 410 ERROR),
-:meth:`inject` (write a raw line into open watches). :attr:`requests` records every request.
+new watches fall silent without closing, until :meth:`unstall`), :meth:`blackhole` (open
+connections fall silent for good, new requests are reset, until :meth:`restore`), :meth:`fail`
+(answer every request with a 5xx Status), :meth:`expire` (compact history; open watches get the
+410 ERROR), :meth:`inject` (write a raw line into open watches). :attr:`requests` records every
+request.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakeapi.selector import Matcher, parse_selector
+from tests.fakeapi.selector import FieldMatcher, Matcher, parse_field_selector, parse_selector
 
 __all__ = ["FakeApiServer", "RequestRecord"]
 
@@ -68,18 +74,14 @@ class _Change:
 class _Watch:
     resource: str
     matches: Matcher
-    name: str | None = None
+    fields: FieldMatcher
     queue: asyncio.Queue[bytes | str] = field(default_factory=asyncio.Queue)
+    dead: bool = False  # black-holed: never writes nor ends again
 
 
-def _name_selector(query: Mapping[str, str]) -> str | None:
-    """The name of ``fieldSelector=metadata.name=NAME``, or None (the only field selector served)."""
-    text = query.get("fieldSelector", "")
-    return text.removeprefix("metadata.name=") if text.startswith("metadata.name=") else None
-
-
-def _named(obj: Mapping[str, Any] | None, name: str | None) -> bool:
-    return name is None or (obj is not None and obj.get("metadata", {}).get("name") == name)
+def _selected(obj: Mapping[str, Any] | None, matches: Matcher, fields: FieldMatcher) -> bool:
+    """``obj`` exists and matches both the label and the field selector."""
+    return obj is not None and matches(_labels(obj)) and fields(obj)
 
 
 def _labels(obj: Mapping[str, Any] | None) -> Mapping[str, str]:
@@ -131,6 +133,14 @@ class FakeApiServer:
         self.nodes: dict[str, dict[str, Any]] = {}
         self.history: dict[str, list[_Change]] = {r: [] for r in _RESOURCES}
         self.requests: list[RequestRecord] = []
+        self.served: list[tuple[str, str]] = []
+        """``(resource, "namespace/name")`` of every object written in a list or a watch event."""
+        self.quorum_lists = 0
+        """Lists served without a resource version (consistent reads from etcd)."""
+        self.cache_floor_rv = 0
+        """The oldest version the watch cache can serve a list at (older: 410)."""
+        self._blackholed = False
+        self._closed = asyncio.Event()
         self._watches: set[_Watch] = set()
         self._failing: tuple[int, int | None] | None = None
         self._stalled = False
@@ -168,6 +178,7 @@ class FakeApiServer:
     async def close(self) -> None:
         """End every watch and stop listening."""
         self._unstalled.set()
+        self._closed.set()
         for watch in list(self._watches):
             watch.queue.put_nowait("close")
         if self._runner is not None:
@@ -212,10 +223,8 @@ class FakeApiServer:
                 watch.queue.put_nowait(line)
 
     def _event_line(self, watch: _Watch, change: _Change) -> bytes | None:
-        before = (change.old is not None and watch.matches(_labels(change.old))
-                  and _named(change.old, watch.name))
-        after = (change.new is not None and watch.matches(_labels(change.new))
-                 and _named(change.new, watch.name))
+        before = _selected(change.old, watch.matches, watch.fields)
+        after = _selected(change.new, watch.matches, watch.fields)
         if change.new is None:
             if not before:
                 return None
@@ -234,8 +243,8 @@ class FakeApiServer:
     # -- controls ----------------------------------------------------------------------------
 
     def watch_count(self, resource: str | None = None) -> int:
-        """How many watches are open (of ``resource``, or in all)."""
-        return sum(1 for w in self._watches if resource is None or w.resource == resource)
+        """How many live watches are open (of ``resource``, or in all); black-holed ones do not count."""
+        return sum(1 for w in self._watches if not w.dead and (resource is None or w.resource == resource))
 
     async def wait_watching(self, count: int = 2, timeout_s: float = 5.0) -> None:
         """Wait until at least ``count`` watches are open.
@@ -264,6 +273,20 @@ class FakeApiServer:
         self._stalled = False
         self._unstalled.set()
 
+    def blackhole(self) -> None:
+        """An API server gone silent: open connections get nothing ever again, new requests are reset.
+
+        The connections open now stay open and silent even after :meth:`restore` (a half-open
+        connection whose peer vanished); only new requests work again.
+        """
+        self._blackholed = True
+        for watch in self._watches:
+            watch.dead = True
+
+    def restore(self) -> None:
+        """End :meth:`blackhole`: new requests are served again."""
+        self._blackholed = False
+
     def fail(self, status: int = 500, count: int | None = None) -> None:
         """Answer the next ``count`` requests (every request when None) with a ``status`` Status."""
         self._failing = (status, count)
@@ -272,13 +295,17 @@ class FakeApiServer:
         """Stop failing requests."""
         self._failing = None
 
-    def expire(self, *, notify: bool = True) -> None:
+    def expire(self, *, notify: bool = True, lists: bool = False) -> None:
         """Compact history: a watch from any version before now gets 410 Expired.
 
         Args:
             notify: also send the 410 ERROR event to open watches and end them.
+            lists: the watch cache was re-initialised too: a list at a version before now
+                (``NotOlderThan``) gets 410 as well, and only a quorum list works.
         """
         self.compacted_rv = self.rv
+        if lists:
+            self.cache_floor_rv = self.rv
         for history in self.history.values():
             history.clear()
         if notify:
@@ -292,6 +319,16 @@ class FakeApiServer:
             if watch.resource == resource:
                 watch.queue.put_nowait(line.rstrip(b"\n") + b"\n")
 
+    def _record_served(self, resource: str, line: bytes) -> None:
+        try:
+            event = json.loads(line)
+        except ValueError:  # an injected malformed line
+            return
+        obj = event.get("object") if isinstance(event, dict) else None
+        meta = obj.get("metadata") if isinstance(obj, dict) else None
+        if isinstance(meta, dict) and meta.get("name"):
+            self.served.append((resource, f"{meta.get('namespace', 'default')}/{meta['name']}"))
+
     def _expired_line(self) -> bytes:
         return _line("ERROR", _status(410, "Expired", "too old resource version"))
 
@@ -299,6 +336,11 @@ class FakeApiServer:
 
     @web.middleware
     async def _failures(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self._blackholed:
+            self.requests.append(RequestRecord("failed", "watch" in request.query, dict(request.query)))
+            if request.transport is not None:
+                request.transport.abort()
+            return web.Response(status=503)
         if self._failing is not None:
             status, count = self._failing
             if count is not None:
@@ -330,14 +372,22 @@ class FakeApiServer:
         watching = query.get("watch", "").lower() in ("true", "1")
         self.requests.append(RequestRecord(resource, watching, query))
         matches = parse_selector(query.get("labelSelector"))
+        fields = parse_field_selector(query.get("fieldSelector"))
         if watching:
-            return await self._watch(resource, request, query, matches)
+            return await self._watch(resource, request, query, matches, fields)
         kind, api_version = _RESOURCES[resource]
+        version = query.get("resourceVersion", "")
+        if not version:
+            self.quorum_lists += 1
+        elif version != "0" and (not version.isdigit() or int(version) < self.cache_floor_rv):
+            return web.json_response(_status(410, "Expired", f"too old resource version: {version}"),
+                                     status=410)
         items = []
         for key in sorted(self.objects[resource]):
             obj = self.objects[resource][key]
-            if matches(_labels(obj)) and _named(obj, _name_selector(query)):
+            if _selected(obj, matches, fields):
                 items.append({k: v for k, v in obj.items() if k not in ("kind", "apiVersion")})
+                self.served.append((resource, f"{key[0]}/{key[1]}"))
         body = {
             "kind": f"{kind}List",
             "apiVersion": api_version,
@@ -347,7 +397,8 @@ class FakeApiServer:
         return web.Response(body=json.dumps(body).encode(), content_type="application/json")
 
     async def _watch(
-        self, resource: str, request: web.Request, query: Mapping[str, str], matches: Matcher
+        self, resource: str, request: web.Request, query: Mapping[str, str], matches: Matcher,
+        fields: FieldMatcher,
     ) -> web.StreamResponse:
         if self._stalled:  # not even the headers: a half-open connection
             await self._unstalled.wait()
@@ -359,14 +410,14 @@ class FakeApiServer:
         expired = 0 < from_rv < self.compacted_rv
         if expired and self.expired_as_http:
             return web.json_response(_status(410, "Expired", "too old resource version"), status=410)
-        watch = _Watch(resource, matches, _name_selector(query))
+        watch = _Watch(resource, matches, fields)
         if expired:
             watch.queue.put_nowait(self._expired_line())
             watch.queue.put_nowait("close")
         elif from_rv == 0:
             kind, api_version = _RESOURCES[resource]
             for obj in self.objects[resource].values():
-                if matches(_labels(obj)) and _named(obj, watch.name):
+                if _selected(obj, matches, fields):
                     watch.queue.put_nowait(_line("ADDED", obj))
         else:
             for change in self.history[resource]:
@@ -383,7 +434,10 @@ class FakeApiServer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         try:
-            while (left := deadline - loop.time()) > 0 or self._stalled:
+            while (left := deadline - loop.time()) > 0 or self._stalled or watch.dead:
+                if watch.dead:  # a half-open connection: silent until the server stops
+                    await self._closed.wait()
+                    return resp
                 if self._stalled:
                     await self._unstalled.wait()
                     if request.transport is not None:
@@ -393,7 +447,7 @@ class FakeApiServer:
                 try:
                     item = await asyncio.wait_for(watch.queue.get(), wait)
                 except TimeoutError:
-                    if bookmarks and not self._stalled and loop.time() < deadline:
+                    if bookmarks and not self._stalled and not watch.dead and loop.time() < deadline:
                         kind, api_version = _RESOURCES[resource]
                         await resp.write(
                             _line(
@@ -406,7 +460,7 @@ class FakeApiServer:
                             )
                         )
                     continue
-                if self._stalled:
+                if self._stalled or watch.dead:
                     continue
                 if item == "drop":
                     if request.transport is not None:
@@ -415,6 +469,7 @@ class FakeApiServer:
                 if item == "close":
                     break
                 assert isinstance(item, bytes)
+                self._record_served(resource, item)
                 await resp.write(item)
             await resp.write_eof()
         except (ConnectionResetError, RuntimeError):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 
@@ -41,3 +43,25 @@ def test_cleanup_in_the_kernel_removes_kube_proxy_rules_and_keeps_others() -> No
         assert "-A POSTROUTING -s 172.17.0.0/16 ! -o docker0 -j MASQUERADE" in after
         assert "-A FORWARD -j DOCKER-USER" in after
         assert asyncio.run(cleanup(kernel)) == []
+
+
+def test_kproxy_run_cleanup_in_a_namespace_removes_the_rules_and_exits_0() -> None:
+    """`kproxy run --cleanup` run in a namespace removes kube-proxy's rules there and exits 0."""
+    require_kernel("iptables-restore", "iptables-save", "iptables")
+    cleanup_stale()
+    with netns("runcleanup") as ns:
+        kernel = LinuxNetfilter(netns=ns)
+        config = IptablesConfig(node_ips=("192.168.0.2",), cluster_cidr=("10.0.0.0/8",))
+        asyncio.run(program(kernel, IptablesRenderer(config).render(snapshot_of(cluster(), hostname=NODE))))
+        assert _kube(sh("ip", "netns", "exec", ns, "iptables-save").stdout)
+        done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "kproxy", "run", "--cleanup"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        assert _kube(sh("ip", "netns", "exec", ns, "iptables-save").stdout) == []
+
+
+def test_cleanup_of_an_emulated_kernel_is_a_usage_error() -> None:
+    """`--cleanup --kernel emulated` exits 2 saying an emulated kernel goes with its process."""
+    done = subprocess.run([sys.executable, "-m", "kproxy", "run", "--cleanup", "--kernel", "emulated"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "emulated kernel lives only inside a running kproxy" in done.stderr

@@ -18,6 +18,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, replace
 
+from kproxy.config.defaults import DEFAULT_LOCALHOST_NODEPORTS, DEFAULT_MASQUERADE_BIT
+from kproxy.config.run import RunConfig
 from kproxy.errors import ConfigError
 from kproxy.model.names import IPFamily
 
@@ -73,10 +75,10 @@ class IptablesConfig:
     node_ips: tuple[str, ...] = ()
     cluster_cidr: tuple[str, ...] = ()
     masquerade_all: bool = False
-    masquerade_bit: int = 14
+    masquerade_bit: int = DEFAULT_MASQUERADE_BIT
     masquerade_mark: str | None = None
     nodeport_addresses: tuple[str, ...] = ()
-    localhost_nodeports: bool = True
+    localhost_nodeports: bool = DEFAULT_LOCALHOST_NODEPORTS
     large_cluster_threshold: int = 1000
     random_fully: bool = True
     nfacct: bool = False
@@ -109,6 +111,22 @@ class IptablesConfig:
         for cidr in npa:
             if cidr != NODEPORT_ADDRESSES_PRIMARY:
                 _network(cidr, "nodeport_addresses")
+
+    @classmethod
+    def from_run(cls, run: RunConfig, family: IPFamily | None = None) -> IptablesConfig:
+        """The iptables settings of a run configuration, rendering ``family`` (default: the primary).
+
+        Every node IP is kept (the first of a family is its primary, as kube-proxy's ``nodeIP``);
+        the run configuration has validated each value and named its flag or file field.
+
+        Raises:
+            ConfigError: never for a configuration :func:`~kproxy.config.build_run_config` built.
+        """
+        rules = run.rules
+        return cls(family=family or run.primary_family, node_ips=run.node.node_ips,
+                   cluster_cidr=rules.cluster_cidrs, masquerade_all=rules.masquerade_all,
+                   masquerade_bit=rules.masquerade_bit, nodeport_addresses=rules.nodeport_addresses,
+                   localhost_nodeports=rules.localhost_nodeports)
 
     @classmethod
     def kube_proxy_test_fake(cls, family: IPFamily = IPFamily.IPv4) -> IptablesConfig:

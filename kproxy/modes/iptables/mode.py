@@ -26,7 +26,9 @@ Theory of operation
 5. After a successful sync, delete stale UDP/SCTP conntrack entries
    computed by :func:`~kproxy.kernel.conntrack.stale_conntrack_filters` from the last
    successfully applied Snapshot and this one (kube-proxy's ``conntrack.CleanStaleEntries``). A
-   failure there is logged, never fatal (as kube-proxy).
+   failure there is never fatal (as kube-proxy); it is logged once with what is lost (stale UDP
+   and SCTP flows keep their old endpoint), again at debug level only, and once more when the
+   cleanup works again (a missing ``conntrack`` tool would otherwise log at every sync).
 """
 
 from __future__ import annotations
@@ -151,6 +153,7 @@ class IptablesMode:
         self._last_large = False
         self._keep = history
         self._synced: Snapshot | None = None
+        self._conntrack_failing = False
         self.history: list[SyncRecord] = []
         """The latest sync attempts, oldest first."""
 
@@ -204,12 +207,19 @@ class IptablesMode:
         filters = stale_conntrack_filters(previous, snapshot, self.config.family)
         if not filters:
             return
+        family = str(self.config.family)
         try:
             deleted = await self.kernel.clear_conntrack(filters)
         except KernelError as err:
-            _log.warning("conntrack cleanup failed", family=str(self.config.family),
-                         revision=snapshot.revision, error=str(err))
+            log = _log.debug if self._conntrack_failing else _log.warning
+            log("conntrack cleanup failed; stale UDP and SCTP flows are not flushed and keep reaching "
+                "removed endpoints until it works (said once; install the conntrack tool)",
+                family=family, revision=snapshot.revision, error=str(err))
+            self._conntrack_failing = True
             return
+        if self._conntrack_failing:
+            self._conntrack_failing = False
+            _log.info("conntrack cleanup works again", family=family, revision=snapshot.revision)
         _log.debug("conntrack cleaned", family=str(self.config.family), revision=snapshot.revision,
                    filters=len(filters), deleted=deleted)
 

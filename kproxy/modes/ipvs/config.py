@@ -16,13 +16,15 @@ import ipaddress
 from dataclasses import dataclass, replace
 
 from emulation.ipvs import SCHEDULERS
+from kproxy.config.defaults import DEFAULT_IPVS_SCHEDULER, DEFAULT_MASQUERADE_BIT
+from kproxy.config.run import RunConfig
 from kproxy.errors import ConfigError
 from kproxy.model.names import IPFamily
 
 __all__ = ["DEFAULT_SCHEDULER", "IpvsConfig"]
 
 #: kube-proxy's ``defaultScheduler``.
-DEFAULT_SCHEDULER = "rr"
+DEFAULT_SCHEDULER = DEFAULT_IPVS_SCHEDULER
 _PRIMARY = "primary"
 
 
@@ -58,7 +60,7 @@ class IpvsConfig:
     node_ips: tuple[str, ...] = ()
     cluster_cidr: tuple[str, ...] = ()
     masquerade_all: bool = False
-    masquerade_bit: int = 14
+    masquerade_bit: int = DEFAULT_MASQUERADE_BIT
     nodeport_addresses: tuple[str, ...] = ()
     scheduler: str = DEFAULT_SCHEDULER
     random_fully: bool = True
@@ -86,6 +88,22 @@ class IpvsConfig:
         for cidr in self.nodeport_addresses:
             if cidr != _PRIMARY:
                 _network(cidr, "nodeport_addresses")
+
+    @classmethod
+    def from_run(cls, run: RunConfig, family: IPFamily | None = None) -> IpvsConfig:
+        """The ipvs settings of a run configuration, rendering ``family`` (default: the primary).
+
+        kube-proxy's ipvs proxier masquerades with the same mark and local-traffic detector as
+        the iptables one, so it reads the same rule settings plus ``--ipvs-scheduler``.
+
+        Raises:
+            ConfigError: never for a configuration :func:`~kproxy.config.build_run_config` built.
+        """
+        rules = run.rules
+        return cls(family=family or run.primary_family, node_ips=run.node.node_ips,
+                   cluster_cidr=rules.cluster_cidrs, masquerade_all=rules.masquerade_all,
+                   masquerade_bit=rules.masquerade_bit, nodeport_addresses=rules.nodeport_addresses,
+                   scheduler=rules.ipvs_scheduler)
 
     def for_family(self, family: IPFamily) -> IpvsConfig:
         """This configuration rendering ``family`` instead."""

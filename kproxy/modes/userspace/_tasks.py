@@ -47,8 +47,12 @@ class TaskOwner:
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            _log.error("userspace task failed", task=task.get_name(), exc_info=task.exception())
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None:
+            # One line at error level (what failed and why); the traceback only at debug level.
+            _log.error("userspace task failed", task=task.get_name(), error=str(exc) or type(exc).__name__,
+                       retry="none for this connection or flow; new ones are handled as usual")
+            _log.debug("userspace task failed: traceback", task=task.get_name(), exc_info=exc)
 
     async def aclose(self) -> None:
         """Refuse new tasks, cancel the running ones and wait until all have ended."""

@@ -188,7 +188,7 @@ def plan_listen(
     ip = loopback.get(cluster_ip)
     if ip is None:
         raise ConfigError(f"no loopback address left for ClusterIP {cluster_ip}: the loopback block is "
-                          "full; give a larger loopback_block or a bind_address")
+                          "full; give a larger block with --loopback-block, or one --bind-address")
     return ListenPlan(ip=ip, port=port, fallback=True)
 
 

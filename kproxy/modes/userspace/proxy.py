@@ -20,17 +20,16 @@ Theory of operation. kube-proxy's userspace ``proxier.go`` ``mergeService`` in o
   always shows the port in use;
 * SCTP ports are logged and skipped: the userspace mode never served SCTP.
 
-After every apply that changed it, the address table (where each port listens) is logged through
-structlog and, when ``address_map_path`` is set, written atomically (temp file + ``os.replace``)
-as a JSON list of ``{"service", "protocol", "cluster_ip", "port", "listen"}`` dicts, mode 0644
-less the process umask (readable by the tools that look Services up).
+After every apply that changed it, the changes to the address table (where each port listens:
+entries added, removed and moved, at most :data:`TABLE_CHANGES_SHOWN` of each named) are logged
+through structlog and, when ``address_map_path`` is set, the whole table is written atomically
+(temp file + ``os.replace``) as a JSON list of ``{"service", "protocol", "cluster_ip", "port",
+"listen"}`` dicts, mode 0644 less the process umask (readable by the tools that look Services up).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import itertools
 import json
 import os
 import socket
@@ -44,6 +43,11 @@ import structlog
 from kproxy.errors import ConfigError, InvalidArgument, InvalidTransition, KproxyError
 from kproxy.model.names import IPFamily, Protocol, ServicePortName, join_host_port
 from kproxy.model.snapshot import ServicePortInfo, Snapshot
+from kproxy.modes.userspace._table import (
+    check_map_path,
+    table_changes,
+    write_atomically,
+)
 from kproxy.modes.userspace._tasks import TaskOwner
 from kproxy.modes.userspace.addresses import (
     DEFAULT_LOOPBACK_BLOCK,
@@ -54,6 +58,7 @@ from kproxy.modes.userspace.addresses import (
     plan_listen,
 )
 from kproxy.modes.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace.limits import Budget, ConnectionLimits
 from kproxy.modes.userspace.tcp import (
     DEFAULT_DIAL_TIMEOUTS_S,
     ConnectionRegistry,
@@ -120,11 +125,15 @@ class UserspaceProxy:
         clock: float seconds from a monotonic clock, for ClientIP affinity.
         dial_timeouts_s: one TCP dial timeout per attempt, in seconds (kube-proxy's
             ``EndpointDialTimeouts``); a failed attempt tries the next endpoint.
+        limits: caps on open TCP connections and UDP sessions, per service port and in total;
+            None sizes them from the soft RLIMIT_NOFILE at construction
+            (:meth:`~kproxy.modes.userspace.limits.ConnectionLimits.from_nofile`).
 
     Raises:
         ConfigError: ``loopback_block`` is not an IPv4 CIDR, or ``bind_address`` is not an IP
             address or is a wildcard (``0.0.0.0``, ``::``), which cannot answer UDP from the
-            address the client used.
+            address the client used, or ``address_map_path`` is a folder or in a folder that
+            does not exist (the message names ``--address-map``).
         InvalidArgument: ``dial_timeouts_s`` is empty or not all positive, or
             ``udp_idle_timeout_s`` is not positive.
     """
@@ -138,12 +147,15 @@ class UserspaceProxy:
         udp_idle_timeout_s: float = DEFAULT_UDP_IDLE_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         dial_timeouts_s: tuple[float, ...] = DEFAULT_DIAL_TIMEOUTS_S,
+        limits: ConnectionLimits | None = None,
     ) -> None:
         if not dial_timeouts_s or not all(t > 0 for t in dial_timeouts_s):
             raise InvalidArgument(f"dial_timeouts_s must be positive seconds, got {dial_timeouts_s=}")
         if not udp_idle_timeout_s > 0:
             raise InvalidArgument(f"udp_idle_timeout_s must be > 0 seconds, got {udp_idle_timeout_s=}")
         allocate_addresses((), block=loopback_block)  # validates the block eagerly
+        if address_map_path is not None:
+            check_map_path(os.fspath(address_map_path))
         self._bind_address = None if bind_address is None else parse_bind_address(bind_address)
         self._block = loopback_block
         self._map_path = os.fspath(address_map_path) if address_map_path is not None else None
@@ -154,6 +166,7 @@ class UserspaceProxy:
         self._loopback: dict[str, str] = {}
         self._skipped: set[_Key] = set()
         self._registry = ConnectionRegistry()
+        self._budget = Budget(limits if limits is not None else ConnectionLimits.from_nofile(), _log)
         self._tasks = TaskOwner()
         self._lock = asyncio.Lock()
         self._closed = False
@@ -271,10 +284,11 @@ class UserspaceProxy:
             if info.protocol is Protocol.TCP:
                 listener = TcpListener(name=name, balancer=balancer, clock=self._clock,
                                        dial_timeouts_s=self._dial_timeouts_s, registry=self._registry,
-                                       tasks=self._tasks)
+                                       tasks=self._tasks, budget=self._budget)
             else:
                 listener = UdpListener(name=name, balancer=balancer, clock=self._clock,
-                                       idle_timeout_s=self._udp_idle_timeout_s, tasks=self._tasks)
+                                       idle_timeout_s=self._udp_idle_timeout_s, tasks=self._tasks,
+                                       budget=self._budget)
             await listener.set_endpoints(info.internal_endpoints)
             await listener.start(sock)
         except BaseException:
@@ -298,20 +312,64 @@ class UserspaceProxy:
                 return served.entry.listen
         return None
 
+    def find_listen_address(self, service: str, protocol: str = "TCP",
+                            family: IPFamily | str | None = None) -> str:
+        """The ``ip:port`` serving a port of ``service``, addressed by name or by number.
+
+        Args:
+            service: ``ns/name:PORT``, PORT being the service port's name (``http``, or
+                ``p80`` for the harness's named ports) or its number (``80``); or ``ns/name``
+                alone when the Service has one port of ``protocol`` (or an unnamed one).
+            protocol: ``"TCP"`` or ``"UDP"``.
+            family: IPv4 or IPv6 (an :class:`IPFamily` or its text); None prefers IPv4.
+
+        Raises:
+            LookupError: nothing served matches, or ``ns/name`` alone matches several ports;
+                the message lists what this Service serves.
+            InvalidArgument: ``family`` is not IPv4 or IPv6.
+        """
+        fam = _family(family)
+        base, sep, port = service.partition(":")
+        proto = protocol.upper()
+        ports = [(f, spn, s) for (f, spn), s in self._served.items()
+                 if f"{spn.namespace}/{spn.name}" == base and str(spn.protocol) == proto
+                 and (fam is None or f is fam)]
+        if sep:
+            ports = [p for p in ports if port in (p[1].port, str(p[2].identity[1]))]
+        elif len({p[1] for p in ports}) > 1:
+            ports = [p for p in ports if not p[1].port]
+        names = sorted({p[1] for p in ports}, key=str)
+        if len(names) == 1:
+            ports.sort(key=lambda p: p[0] is not IPFamily.IPv4)
+            return ports[0][2].entry.listen
+        served = sorted({f"{e.service} ({e.protocol}, port {e.port})" for e in self.address_table()
+                         if e.service.partition(":")[0] == base})
+        wanted = f"{service} over {proto}" + (f" in {fam}" if fam is not None else "")
+        if names:
+            raise LookupError(f"{wanted} matches several ports; name one, by name or number: {served}")
+        raise LookupError(f"{wanted} is not served; this Service serves {served or 'nothing'} "
+                          "(address a port as ns/name:NAME or ns/name:NUMBER)")
+
     def _publish(self) -> None:
         table = self.address_table()
         if table == self._last_table:
             return
-        self._last_table = table
+        previous, self._last_table = self._last_table or [], table
         rows = [asdict(e) for e in table]
-        _log.info("userspace address table", entries=rows)
+        _log.info("userspace address table changed", **table_changes(previous, table),
+                  entries=len(table), **({"full_table": self._map_path} if self._map_path else {}))
         if self._map_path is not None:
             try:
-                _write_atomically(self._map_path, json.dumps(rows, indent=2) + "\n")
+                write_atomically(self._map_path, json.dumps(rows, indent=2) + "\n")
             except OSError as exc:
                 _log.error("cannot write address map", path=self._map_path, error=str(exc))
 
     # -- introspection -------------------------------------------------------------------
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        """The caps on open TCP connections and UDP sessions in force."""
+        return self._budget.limits
 
     def connections(self) -> list[TcpConnectionInfo]:
         """One :class:`TcpConnectionInfo` per open TCP connection (including those of removed ports)."""
@@ -367,6 +425,15 @@ class UserspaceProxy:
                     await asyncio.sleep(0)
 
 
+def _family(family: IPFamily | str | None) -> IPFamily | None:
+    if family is None or isinstance(family, IPFamily):
+        return family
+    for fam in IPFamily:
+        if str(fam).lower() == str(family).lower():
+            return fam
+    raise InvalidArgument(f"family must be IPv4 or IPv6, got {family=!r}")
+
+
 def _identity(info: ServicePortInfo) -> tuple[str, int, Protocol]:
     return (info.cluster_ip, info.port, info.protocol)
 
@@ -388,35 +455,3 @@ def _port_groups(infos: Iterable[ServicePortInfo]) -> list[list[ServicePortInfo]
 def _log_cannot_serve(info: ServicePortInfo, exc: BaseException) -> None:
     _log.error("cannot serve service port", service=str(info.name), protocol=str(info.protocol),
                cluster_ip=info.cluster_ip, port=info.port, error=str(exc) or type(exc).__name__)
-
-
-#: Mode of the address map file, less the process umask (applied by open(2)): world-readable.
-ADDRESS_MAP_MODE = 0o644
-
-
-def _write_atomically(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temp file in the same directory and ``os.replace``.
-
-    The temp file is created with :data:`ADDRESS_MAP_MODE` (the kernel removes the umask bits),
-    where ``mkstemp`` would give 0600 and hide the map from other users.
-    """
-    directory = os.path.dirname(os.path.abspath(path))
-    base = os.path.basename(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
-    for attempt in itertools.count():
-        tmp = os.path.join(directory, f".{base}.{os.getpid()}.{attempt}.tmp")
-        try:
-            fd = os.open(tmp, flags, ADDRESS_MAP_MODE)
-        except FileExistsError:  # left over by a crashed process with the same pid
-            if attempt >= 100:
-                raise
-            continue
-        break
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise

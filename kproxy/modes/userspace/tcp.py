@@ -10,15 +10,24 @@ Theory of operation (kube-proxy's userspace ``proxysocket.go``, with its known f
    ECONNREFUSED at once, as kube-proxy's REJECT rule for a Service without endpoints does. The
    listening socket is opened and closed as endpoints come and go; connections already accepted
    are not affected, and a failure to listen is logged and retried on the next endpoint update.
-1. The listener accepts. A client accepted just as the last endpoint left is reset at once
-   (SO_LINGER 0, then close) so it never hangs. Otherwise the client transport stops reading and
-   a dial task starts, so a slow dial never stalls other accepts (the legacy proxier dialled on
-   the accept goroutine; see its TODO in ``ProxyLoop``).
-2. The dial asks the balancer for an endpoint and connects with the staged timeouts of
-   ``TryConnectEndpoints`` (0.25, 0.5, 1, 2 s); each failure tries the next endpoint, ignoring
-   ClientIP affinity after the first (``sessionAffinityReset``). When every attempt fails, or
-   there is no endpoint, the client is reset.
-3. Once connected the two sides are linked and the client resumes reading. Each side writes what
+1. The listener accepts (:mod:`kproxy.modes.userspace._accept`: a back-off when descriptors run
+   out). A client accepted just as the last endpoint left, or over a connection cap
+   (:mod:`kproxy.modes.userspace.limits`), is reset at once (SO_LINGER 0, then close) so it never
+   hangs. Otherwise a task takes the client and dials, so a slow dial never stalls other
+   accepts (the legacy proxier dialled on the accept goroutine; see its TODO in ``ProxyLoop``).
+2. The dial asks the balancer for an endpoint and connects a plain socket with the staged
+   timeouts of ``TryConnectEndpoints`` (0.25, 0.5, 1, 2 s); each failure tries the next
+   endpoint, ignoring ClientIP affinity after the first (``sessionAffinityReset``). A dial given
+   up on is closed there and then: no transport or protocol exists until connect() has succeeded
+   within its deadline (with ``create_connection`` under a timeout, uvloop delivered a late
+   connection's bytes to the protocol after the TimeoutError, so one client received two
+   backends). Neither side relays a byte before the two are linked: what arrives earlier is
+   held and the side stops reading, so retries only ever happen before any byte is relayed.
+   When every attempt fails, or there is no endpoint, the client is reset. Running out of
+   descriptors or local ports resets the client too, is logged once
+   (:class:`~kproxy.modes.userspace.limits.Episode`) and is never counted as the endpoint's
+   dial failure.
+3. Once connected the two sides are linked and both resume reading. Each side writes what
    it reads into the other's transport. Flow control is linked: when a side's transport calls
    ``pause_writing`` the *other* side stops reading until ``resume_writing``, so a slow reader
    bounds what the proxy holds per direction to the write high-water mark plus one read.
@@ -38,21 +47,31 @@ open connections too (``Close()`` in proxysocket.go: "existing connections are l
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import os
 import socket
-import struct
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
 
 import structlog
 
 from kproxy.errors import NoEndpointsError
 from kproxy.model.names import join_host_port
 from kproxy.model.snapshot import Endpoint
+from kproxy.modes.userspace._accept import AcceptLoop
+from kproxy.modes.userspace._relay import (
+    WRITE_HIGH_WATER_BYTES,
+    WRITE_LOW_WATER_BYTES,
+    ConnectionRegistry,
+    Relay,
+    Side,
+    TcpConnectionInfo,
+    reset_socket,
+    reset_transport,
+)
 from kproxy.modes.userspace._tasks import TaskOwner
 from kproxy.modes.userspace.addresses import LISTEN_BACKLOG, split_host_port
 from kproxy.modes.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace.limits import Budget, ConnectionLimits, out_of_resources
 
 __all__ = [
     "DEFAULT_DIAL_TIMEOUTS_S",
@@ -68,13 +87,6 @@ _log = structlog.get_logger("kproxy.modes.userspace")
 
 #: kube-proxy's ``EndpointDialTimeouts``: at most 4 attempts, 3.75 s in all.
 DEFAULT_DIAL_TIMEOUTS_S: tuple[float, ...] = (0.25, 0.5, 1.0, 2.0)
-#: Per direction, a transport holding more than this pauses reading on the other side. asyncio's
-#: default is 64 KiB; 256 KiB matches one read of asyncio's and uvloop's socket transports and
-#: keeps bulk transfers streaming. The bound per direction is this plus one 256 KiB read.
-WRITE_HIGH_WATER_BYTES = 256 * 1024
-#: Reading resumes once the backlog drains below this (asyncio's default low mark is high/4).
-WRITE_LOW_WATER_BYTES = 64 * 1024
-_LINGER_RESET = struct.pack("ii", 1, 0)
 
 
 @dataclass(slots=True)
@@ -85,7 +97,10 @@ class TcpStats:
         accepted: connections accepted.
         relayed: connections that reached an endpoint.
         refused: connections reset because no endpoint was left or every dial failed.
-        dial_failures: single dial attempts that failed (refused or timed out).
+        dial_failures: single dial attempts that failed (refused or timed out by the endpoint).
+        over_limit: connections reset because a connection cap was reached.
+        out_of_resources: connections reset because the process ran out of descriptors or
+            local ports while dialling (never counted in ``dial_failures``).
         bytes_to_endpoint, bytes_to_client: payload bytes of finished connections, per direction.
     """
 
@@ -93,29 +108,10 @@ class TcpStats:
     relayed: int = 0
     refused: int = 0
     dial_failures: int = 0
+    over_limit: int = 0
+    out_of_resources: int = 0
     bytes_to_endpoint: int = 0
     bytes_to_client: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TcpConnectionInfo:
-    """One open relayed connection, as seen at the moment of the call.
-
-    Attributes:
-        service: the ServicePortName text (``ns/name:port``).
-        client: the client's ``ip:port``.
-        endpoint: the endpoint's ``ip:port``, or None while dialling.
-        bytes_to_endpoint, bytes_to_client: payload bytes relayed so far, per direction.
-        buffered_to_endpoint, buffered_to_client: bytes queued in the proxy's write buffers.
-    """
-
-    service: str
-    client: str
-    endpoint: str | None
-    bytes_to_endpoint: int
-    bytes_to_client: int
-    buffered_to_endpoint: int
-    buffered_to_client: int
 
 
 def _listening_socket(family: int, address: tuple[str, int]) -> socket.socket:
@@ -133,157 +129,32 @@ def _listening_socket(family: int, address: tuple[str, int]) -> socket.socket:
     return sock
 
 
-def _set_nodelay(transport: asyncio.BaseTransport) -> None:
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):  # the peer may already be gone; nothing to tune then
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+def _describe(exc: BaseException, timeout_s: float) -> str:
+    """Why a dial failed, for the log: ``timed out after 0.25 s`` or the OS's reason."""
+    if isinstance(exc, TimeoutError) and exc.errno is None:  # asyncio.timeout's, not ETIMEDOUT
+        return f"timed out after {timeout_s:g} s"
+    if isinstance(exc, OSError) and exc.errno:  # asyncio's strerror is "Connect call failed (...)"
+        return os.strerror(exc.errno)
+    return str(exc) or type(exc).__name__
 
 
-def _reset(transport: asyncio.BaseTransport) -> None:
-    """Close ``transport`` so the peer sees a reset (RST), not a hang or an orderly EOF."""
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
-    transport.abort()  # type: ignore[attr-defined]
+async def _connect(ip: str, port: int, timeout_s: float) -> socket.socket:
+    """A TCP socket connected to ``ip:port`` within ``timeout_s`` seconds; closed on any failure.
 
-
-class _Side(asyncio.Protocol):
-    """One socket of a relay; writes what it reads into its peer's transport."""
-
-    __slots__ = ("bytes_in", "closed", "early", "peer", "read_eof", "relay", "transport")
-
-    def __init__(self, relay: _Relay) -> None:
-        self.relay = relay
-        self.transport: asyncio.Transport | None = None
-        self.peer: _Side | None = None
-        self.read_eof = False
-        self.closed = False
-        self.bytes_in = 0
-        self.early: list[bytes] = []  # read before the peer was linked (uvloop reads at once)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = t = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        t.set_write_buffer_limits(high=WRITE_HIGH_WATER_BYTES, low=WRITE_LOW_WATER_BYTES)
-        _set_nodelay(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.bytes_in += len(data)
-        peer = self.peer
-        if peer is not None and peer.transport is not None:
-            peer.transport.write(data)
-        elif self.transport is not None:
-            self.early.append(data)
-            self.transport.pause_reading()
-
-    def eof_received(self) -> bool:
-        self.read_eof = True
-        peer = self.peer
-        if peer is None or peer.transport is None:
-            return True  # not linked yet: _link forwards the EOF
-        if peer.read_eof:
-            # Both directions are finished: close both (close() flushes what is queued).
-            peer.transport.close()
-            return False
-        if peer.transport.can_write_eof():
-            peer.transport.write_eof()
-        return True  # keep the reverse direction open
-
-    def pause_writing(self) -> None:
-        peer = self.peer
-        if peer is not None and peer.transport is not None:
-            peer.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        peer = self.peer
-        if peer is not None and peer.transport is not None and not peer.read_eof:
-            peer.transport.resume_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        peer = self.peer
-        relay = self.relay
-        if (peer is not None and peer.transport is not None and not peer.closed
-                and (relay.upstream is self or relay.client is self)):
-            if exc is None:
-                peer.transport.close()
-            else:
-                _reset(peer.transport)
-        self.relay.side_lost()
-
-
-class _Relay:
-    """A client connection and, once dialled, its endpoint connection."""
-
-    __slots__ = ("client", "client_addr", "endpoint", "listener", "upstream")
-
-    def __init__(self, listener: TcpListener) -> None:
-        self.listener = listener
-        self.client: _Side = _ClientSide(self)
-        self.upstream: _Side | None = None
-        self.endpoint: str | None = None
-        self.client_addr = ""
-
-    def side_lost(self) -> None:
-        if self.client.closed and (self.upstream is None or self.upstream.closed):
-            self.listener.relay_done(self)
-
-    def info(self) -> TcpConnectionInfo:
-        up = self.upstream
-        return TcpConnectionInfo(
-            service=self.listener.name, client=self.client_addr, endpoint=self.endpoint,
-            bytes_to_endpoint=self.client.bytes_in,
-            bytes_to_client=up.bytes_in if up is not None else 0,
-            buffered_to_endpoint=(up.transport.get_write_buffer_size()
-                                  if up is not None and up.transport is not None else 0),
-            buffered_to_client=(self.client.transport.get_write_buffer_size()
-                                if self.client.transport is not None else 0),
-        )
-
-    def abort(self) -> None:
-        """Reset both sockets (the peers see a RST)."""
-        for side in (self.client, self.upstream):
-            if side is not None and side.transport is not None and not side.closed:
-                _reset(side.transport)
-
-
-class ConnectionRegistry:
-    """Every open TCP relay of one proxy, across listeners, so that shutdown can drain them."""
-
-    __slots__ = ("_empty", "_relays")
-
-    def __init__(self) -> None:
-        self._relays: set[_Relay] = set()
-        self._empty = asyncio.Event()
-        self._empty.set()
-
-    def __len__(self) -> int:
-        return len(self._relays)
-
-    def add(self, relay: _Relay) -> None:
-        """Track an accepted connection."""
-        self._relays.add(relay)
-        self._empty.clear()
-
-    def discard(self, relay: _Relay) -> None:
-        """Forget a finished connection."""
-        self._relays.discard(relay)
-        if not self._relays:
-            self._empty.set()
-
-    def infos(self) -> list[TcpConnectionInfo]:
-        """A :class:`TcpConnectionInfo` per open connection."""
-        return [r.info() for r in self._relays]
-
-    async def wait_empty(self) -> None:
-        """Return once no connection is open."""
-        await self._empty.wait()
-
-    def abort_all(self) -> None:
-        """Reset every open connection (both sockets; the peers see a RST)."""
-        for relay in list(self._relays):
-            relay.abort()
+    Raises:
+        OSError: socket() or connect() failed (EMFILE, ECONNREFUSED, ...).
+        TimeoutError: connect() did not complete in time (the socket is closed, so the
+            handshake can never complete later).
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        async with asyncio.timeout(timeout_s):
+            await asyncio.get_running_loop().sock_connect(sock, (ip, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 class TcpListener:
@@ -297,8 +168,10 @@ class TcpListener:
         balancer: chooses endpoints; shared with nothing else.
         clock: float seconds (monotonic) for the balancer's affinity.
         dial_timeouts_s: one timeout per attempt, in seconds.
-        registry: where open connections are tracked for draining.
-        tasks: the owner of the dial tasks.
+        registry: where open connections are tracked for draining (and counted for the total cap).
+        tasks: the owner of the connection tasks.
+        budget: the proxy's connection caps and logged episodes (default: sized from
+            RLIMIT_NOFILE, see :class:`~kproxy.modes.userspace.limits.ConnectionLimits`).
     """
 
     def __init__(
@@ -310,6 +183,7 @@ class TcpListener:
         dial_timeouts_s: Sequence[float] = DEFAULT_DIAL_TIMEOUTS_S,
         registry: ConnectionRegistry,
         tasks: TaskOwner,
+        budget: Budget | None = None,
     ) -> None:
         self.name = name
         self.balancer = balancer
@@ -318,10 +192,12 @@ class TcpListener:
         self._dial_timeouts_s = tuple(dial_timeouts_s)
         self._registry = registry
         self._tasks = tasks
+        self._budget = budget or Budget(ConnectionLimits.from_nofile(), _log)
+        self._open = 0
         self._targets: dict[str, tuple[str, int]] = {}
         self._holder: socket.socket | None = None
         self._address: tuple[str, int] | None = None
-        self._server: asyncio.AbstractServer | None = None
+        self._acceptor: AcceptLoop | None = None
 
     @property
     def address(self) -> tuple[str, int]:
@@ -337,7 +213,12 @@ class TcpListener:
     @property
     def listening(self) -> bool:
         """True while a listening socket accepts (the balancer has endpoints and listen worked)."""
-        return self._server is not None
+        return self._acceptor is not None
+
+    @property
+    def open_connections(self) -> int:
+        """Connections of this port open now (dialling or relayed), counted against its cap."""
+        return self._open
 
     async def set_endpoints(self, endpoints: Iterable[Endpoint]) -> None:
         """Replace the endpoint set, then listen if there are endpoints and stop if there are none.
@@ -347,7 +228,7 @@ class TcpListener:
         """
         self._targets = {ep.address: (ep.ip, ep.port) for ep in endpoints}
         self.balancer.update(self._targets)
-        await self._sync_listening()
+        self._sync_listening()
 
     async def start(self, sock: socket.socket) -> None:
         """Hold the port of ``sock`` (bound, not listening; the listener owns it now) and listen
@@ -355,7 +236,7 @@ class TcpListener:
         host, port = sock.getsockname()[:2]
         self._holder = sock
         self._address = (str(host), int(port))
-        await self._sync_listening()
+        self._sync_listening()
 
     def close(self) -> None:
         """Stop accepting and release the port; connections already open are left untouched."""
@@ -364,117 +245,172 @@ class TcpListener:
         if holder is not None:
             holder.close()
 
-    async def _sync_listening(self) -> None:
+    def _sync_listening(self) -> None:
         if self._holder is None or self._address is None:
             return  # not started, or closed
         if not self.balancer.endpoints:
             self._stop_listening()
             return
+        if self._acceptor is not None:
+            return
         try:
-            if self._server is None:
-                sock = _listening_socket(self._holder.family, self._address)
-                loop = asyncio.get_running_loop()
-                try:
-                    # start_serving=False: no await between creating the server and recording it.
-                    self._server = await loop.create_server(self._accept, sock=sock, backlog=LISTEN_BACKLOG,
-                                                            start_serving=False)
-                except BaseException:
-                    sock.close()
-                    raise
-            if not self._server.is_serving():  # also after a cancelled earlier call
-                await self._server.start_serving()
+            sock = _listening_socket(self._holder.family, self._address)
+            try:
+                sock.listen(LISTEN_BACKLOG)
+                self._acceptor = AcceptLoop(sock, self._on_accept, out_of_fds=self._budget.out_of_fds,
+                                            name=self.name)
+            except BaseException:
+                sock.close()
+                raise
         except OSError as exc:
-            self._stop_listening()
             _log.error("cannot listen", service=self.name, listen=join_host_port(*self._address),
-                       error=str(exc) or type(exc).__name__)
+                       error=exc.strerror or str(exc), retry="at the next endpoint change or periodic sync")
 
     def _stop_listening(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()  # the kernel resets connections still in the accept queue
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.close()  # the kernel resets connections still in the accept queue
 
     # -- data path -----------------------------------------------------------------------
 
-    def _accept(self) -> _Side:
-        return _Relay(self).client
-
-    def accepted(self, relay: _Relay, transport: asyncio.Transport) -> None:
+    def _on_accept(self, conn: socket.socket, peer: tuple[str, int]) -> None:
         self.stats.accepted += 1
-        peer: Any = transport.get_extra_info("peername")
-        client_ip = str(peer[0]) if peer else ""
-        relay.client_addr = join_host_port(client_ip, int(peer[1])) if peer else ""
         if not self.balancer.endpoints:
             self.stats.refused += 1
-            _reset(transport)
+            reset_socket(conn)
             return
+        limits = self._budget.limits
+        if self._open >= limits.max_connections_per_service or len(self._registry) >= limits.max_connections:
+            self.stats.over_limit += 1
+            self._budget.tcp_full.hit(service=self.name, open_on_port=self._open,
+                                      open_in_total=len(self._registry),
+                                      max_connections_per_service=limits.max_connections_per_service,
+                                      max_connections=limits.max_connections)
+            reset_socket(conn)
+            return
+        self._budget.tcp_full.clear()
+        relay = Relay(self)
+        relay.client_addr = join_host_port(str(peer[0]), int(peer[1]))
         self._registry.add(relay)
-        transport.pause_reading()
+        self._open += 1
         try:
-            self._tasks.spawn(self._dial(relay, client_ip), name=f"dial {self.name}")
+            self._tasks.spawn(self._serve(relay, conn, str(peer[0])), name=f"tcp {self.name}")
         except RuntimeError:  # shutting down
-            self._registry.discard(relay)
-            _reset(transport)
+            self._forget(relay)
+            reset_socket(conn)
 
-    async def _dial(self, relay: _Relay, client_ip: str) -> None:
-        loop = asyncio.get_running_loop()
-        client = relay.client
+    def _forget(self, relay: Relay) -> None:
+        if self._registry.discard(relay):
+            self._open -= 1
+
+    async def _serve(self, relay: Relay, conn: socket.socket, client_ip: str) -> None:
+        """Wrap the accepted ``conn`` in a transport, then dial and link (or reset the client)."""
         try:
-            for attempt, timeout_s in enumerate(self._dial_timeouts_s):
-                if client.closed:
-                    return
-                try:
-                    endpoint = self.balancer.next_endpoint(client_ip, self._clock(), attempt > 0)
-                except NoEndpointsError:
-                    break
-                ip, port = self._targets.get(endpoint) or split_host_port(endpoint)
-                upstream = _Side(relay)
-                # The endpoint may speak first, before this task resumes from the dial: its
-                # bytes go straight to the client transport (which is only paused for reading).
-                upstream.peer = client
-                try:
-                    async with asyncio.timeout(timeout_s):
-                        await loop.create_connection(lambda: upstream, ip, port)  # noqa: B023
-                except (OSError, TimeoutError) as exc:
-                    self.stats.dial_failures += 1
-                    _log.warning("dial failed", service=self.name, endpoint=endpoint, attempt=attempt + 1,
-                                 timeout_s=timeout_s, error=str(exc) or type(exc).__name__)
-                    continue
-                self._link(relay, upstream, endpoint)
+            try:
+                await asyncio.get_running_loop().connect_accepted_socket(lambda: relay.client, sock=conn)
+            except OSError:
+                conn.close()
+                self._forget(relay)
                 return
-            self.stats.refused += 1
-            if not client.closed and client.transport is not None:
-                _reset(client.transport)
-            self._registry.discard(relay)
+            if not await self._dial(relay, client_ip):
+                self.stats.refused += 1
+                client = relay.client
+                if not client.closed and client.transport is not None:
+                    reset_transport(client.transport)
+                self._forget(relay)
         except BaseException:
             relay.abort()
-            self._registry.discard(relay)
+            self._forget(relay)
             raise
 
-    def _link(self, relay: _Relay, upstream: _Side, endpoint: str) -> None:
+    async def _dial(self, relay: Relay, client_ip: str) -> bool:
+        """Try endpoints until one connects, then link it; False when the client must be reset."""
+        client = relay.client
+        attempts = len(self._dial_timeouts_s)
+        for attempt, timeout_s in enumerate(self._dial_timeouts_s):
+            if client.closed:
+                return True  # nothing left to reset; relay_done has accounted for it
+            try:
+                endpoint = self.balancer.next_endpoint(client_ip, self._clock(), attempt > 0)
+            except NoEndpointsError:
+                return False
+            ip, port = self._targets.get(endpoint) or split_host_port(endpoint)
+            try:
+                sock = await _connect(ip, port, timeout_s)
+            except (OSError, TimeoutError) as exc:
+                if out_of_resources(exc, dial=True):
+                    self.stats.out_of_resources += 1
+                    if self._acceptor is not None and isinstance(exc, OSError):
+                        self._acceptor.back_off(exc, failed="dial (this client is reset)")
+                    else:
+                        self._budget.out_of_fds.hit(failed="dial", service=self.name,
+                                                    error=_describe(exc, timeout_s),
+                                                    retry="none: the client is reset; new clients dial again")
+                    return False
+                self.stats.dial_failures += 1
+                last = attempt + 1 == attempts
+                _log.warning("dial failed", service=self.name, endpoint=endpoint,
+                             attempt=f"{attempt + 1}/{attempts}", error=_describe(exc, timeout_s),
+                             retry="none left: the client is reset" if last else "now, on the next endpoint")
+                continue
+            self._budget.out_of_fds.clear()
+            if await self._attach(relay, sock, endpoint):
+                return True
+        return False
+
+    async def _attach(self, relay: Relay, sock: socket.socket, endpoint: str) -> bool:
+        """Wrap the connected ``sock`` in a transport and link it; False when that failed."""
+        upstream = Side(relay)
+        try:
+            await asyncio.get_running_loop().create_connection(lambda: upstream, sock=sock)
+        except OSError as exc:
+            sock.close()
+            self.stats.dial_failures += 1
+            _log.warning("dial failed", service=self.name, endpoint=endpoint, error=_describe(exc, 0.0),
+                         retry="now, on the next endpoint")
+            return False
+        except BaseException:
+            upstream.abandoned = True
+            if upstream.transport is not None:
+                reset_transport(upstream.transport)
+            sock.close()
+            raise
+        self._link(relay, upstream, endpoint)
+        return True
+
+    def _link(self, relay: Relay, upstream: Side, endpoint: str) -> None:
         client = relay.client
         assert upstream.transport is not None and client.transport is not None
         if client.closed:
             upstream.transport.close()
-            self._registry.discard(relay)
+            self._forget(relay)
             return
         relay.upstream = upstream
         relay.endpoint = endpoint
         client.peer = upstream
+        upstream.peer = client
         self.balancer.acquire(endpoint)
         self.stats.relayed += 1
-        for data in client.early:
-            upstream.transport.write(data)
-        client.early.clear()
-        if client.read_eof:
-            if upstream.read_eof:
-                upstream.transport.close()
-                client.transport.close()
+        for side in (client, upstream):
+            assert side.peer is not None and side.peer.transport is not None
+            for data in side.early:
+                side.peer.transport.write(data)
+            side.early.clear()
+        if upstream.closed:  # the endpoint spoke and left before the link: pass on what it said
+            client.transport.close()
+            return
+        if client.read_eof and upstream.read_eof:
+            upstream.transport.close()
+            client.transport.close()
+            return
+        for side in (client, upstream):
+            assert side.transport is not None and side.peer is not None and side.peer.transport is not None
+            if side.read_eof:
+                side.peer.transport.write_eof()
             else:
-                upstream.transport.write_eof()
-        else:
-            client.transport.resume_reading()
+                side.transport.resume_reading()
 
-    def relay_done(self, relay: _Relay) -> None:
+    def relay_done(self, relay: Relay) -> None:
         """Account for a relay whose sockets are both closed."""
         if relay.endpoint is not None:
             self.balancer.release(relay.endpoint)
@@ -482,14 +418,4 @@ class TcpListener:
             if relay.upstream is not None:
                 self.stats.bytes_to_client += relay.upstream.bytes_in
             relay.endpoint = None
-        self._registry.discard(relay)
-
-
-class _ClientSide(_Side):
-    """The accepted side of a relay: tells the listener it arrived."""
-
-    __slots__ = ()
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)
-        self.relay.listener.accepted(self.relay, cast(asyncio.Transport, transport))
+        self._forget(relay)

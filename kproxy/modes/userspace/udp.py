@@ -27,12 +27,21 @@ its issues list fixed):
   as kube-proxy clears the conntrack entries of removed UDP endpoints
   (``pkg/proxy/conntrack/cleanup.go``): the client's next datagram opens a session on an endpoint
   that remains. Closing the listener ends every session (the legacy proxy broke them too).
+* Sessions are capped per service port and in the whole proxy
+  (:class:`~kproxy.modes.userspace.limits.ConnectionLimits`). A new flow over a cap closes the
+  least recently active session first (this port's own when the port is full, else the proxy's
+  oldest), so a flood from many client addresses holds a bounded number of descriptors and the
+  flows still talking keep their sessions. Each listener keeps its sessions in activity order and
+  the shared :class:`~kproxy.modes.userspace.limits.Budget` keeps all of them, so finding the
+  oldest is O(1). A session that cannot open for lack of descriptors drops its datagrams and is
+  logged once for the whole proxy, never as the endpoint's failure.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -45,6 +54,7 @@ from kproxy.model.snapshot import Endpoint
 from kproxy.modes.userspace._tasks import TaskOwner
 from kproxy.modes.userspace.addresses import ListenPlan, bind_socket, split_host_port
 from kproxy.modes.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace.limits import Budget, ConnectionLimits, out_of_resources
 
 __all__ = ["DEFAULT_UDP_IDLE_TIMEOUT_S", "SESSION_PENDING_MAX", "UdpListener", "UdpStats"]
 
@@ -64,12 +74,16 @@ class UdpStats:
 
     Attributes:
         sessions_opened: client flows that got a session.
+        evicted: sessions of this port closed early to make room under a session cap.
+        peak_sessions: the most sessions this port had open at once.
         dropped: datagrams dropped (no endpoint, queue full, session failed to open).
         datagrams_to_endpoint, datagrams_to_client: datagrams relayed per direction.
         bytes_to_endpoint, bytes_to_client: payload bytes relayed per direction.
     """
 
     sessions_opened: int = 0
+    evicted: int = 0
+    peak_sessions: int = 0
     dropped: int = 0
     datagrams_to_endpoint: int = 0
     datagrams_to_client: int = 0
@@ -115,6 +129,7 @@ class _Session(asyncio.DatagramProtocol):
 
     def send(self, data: bytes, now_s: float) -> None:
         self.last_s = now_s
+        self.listener.touch(self)
         stats = self.listener.stats
         if self.transport is not None:
             self.transport.sendto(data)
@@ -135,6 +150,8 @@ class _Session(asyncio.DatagramProtocol):
     def datagram_received(self, data: bytes, addr: _Address) -> None:
         listener = self.listener
         self.last_s = listener.loop_time()
+        if not self.closed:
+            listener.touch(self)
         out = listener.transport
         if out is not None:
             out.sendto(data, self.client)
@@ -182,6 +199,8 @@ class UdpListener:
         clock: float seconds (monotonic) for the balancer's affinity.
         idle_timeout_s: a session with no datagram either way for this long is closed.
         tasks: the owner of the session set-up tasks.
+        budget: the proxy's session caps and logged episodes (default: sized from
+            RLIMIT_NOFILE, see :class:`~kproxy.modes.userspace.limits.ConnectionLimits`).
 
     Raises:
         InvalidArgument: ``idle_timeout_s`` is not positive.
@@ -195,6 +214,7 @@ class UdpListener:
         clock: Callable[[], float],
         idle_timeout_s: float = DEFAULT_UDP_IDLE_TIMEOUT_S,
         tasks: TaskOwner,
+        budget: Budget | None = None,
     ) -> None:
         if not idle_timeout_s > 0:
             raise InvalidArgument(f"idle_timeout_s must be > 0 seconds, got {idle_timeout_s=}")
@@ -206,7 +226,8 @@ class UdpListener:
         self._clock = clock
         self._tasks = tasks
         self._targets: dict[str, tuple[str, int]] = {}
-        self._sessions: dict[_Address, _Session] = {}
+        self._budget = budget or Budget(ConnectionLimits.from_nofile(), _log)
+        self._sessions: OrderedDict[_Address, _Session] = OrderedDict()  # least recently active first
         self._loop: asyncio.AbstractEventLoop | None = None
         self._address: tuple[str, int] | None = None
         self._service_side: _ServiceSide | None = None
@@ -233,6 +254,12 @@ class UdpListener:
     def serving(self) -> bool:
         """True while the service socket is open (the balancer has endpoints and binding worked)."""
         return self.transport is not None
+
+    def touch(self, session: _Session) -> None:
+        """Mark an open ``session`` as the most recently active (for eviction order)."""
+        if self._sessions.get(session.client) is session:
+            self._sessions.move_to_end(session.client)
+            self._budget.touch(session)
 
     def loop(self) -> asyncio.AbstractEventLoop:
         assert self._loop is not None
@@ -328,6 +355,7 @@ class UdpListener:
             except NoEndpointsError:
                 self.stats.dropped += 1
                 return
+            self._make_room()
             session = _Session(self, addr, endpoint)
             try:
                 self._tasks.spawn(self._open(session), name=f"udp session {self.name}")
@@ -335,26 +363,59 @@ class UdpListener:
                 self.stats.dropped += 1
                 return
             self._sessions[addr] = session
+            self._budget.udp_sessions[session] = None
+            self.stats.peak_sessions = max(self.stats.peak_sessions, len(self._sessions))
             self.balancer.acquire(endpoint)
             self.stats.sessions_opened += 1
             session.arm(self.loop(), self.idle_timeout_s)
         session.send(data, now_s)
+
+    def _make_room(self) -> None:
+        """Close the least recently active session when a new one would exceed a cap."""
+        budget = self._budget
+        limits = budget.limits
+        victim: _Session | None = None
+        if len(self._sessions) >= limits.max_udp_sessions_per_service:
+            victim = next(iter(self._sessions.values()))
+        elif len(budget.udp_sessions) >= limits.max_udp_sessions:
+            oldest = next(iter(budget.udp_sessions))
+            assert isinstance(oldest, _Session)
+            victim = oldest
+        if victim is None:
+            budget.udp_full.clear()
+            return
+        victim.listener.stats.evicted += 1
+        budget.udp_full.hit(service=self.name, sessions_on_port=len(self._sessions),
+                            sessions_in_total=len(budget.udp_sessions),
+                            max_udp_sessions_per_service=limits.max_udp_sessions_per_service,
+                            max_udp_sessions=limits.max_udp_sessions)
+        victim.close()
 
     async def _open(self, session: _Session) -> None:
         ip, port = self._targets.get(session.endpoint) or split_host_port(session.endpoint)
         try:
             await self.loop().create_datagram_endpoint(lambda: session, remote_addr=(ip, port))
         except OSError as exc:
-            _log.warning("udp session failed", service=self.name, endpoint=session.endpoint, error=str(exc))
+            if out_of_resources(exc, dial=True):
+                self._budget.out_of_fds.hit(failed="udp session", service=self.name,
+                                            error=exc.strerror or str(exc),
+                                            retry="the client's next datagram tries again")
+            else:
+                _log.warning("udp session failed", service=self.name, endpoint=session.endpoint,
+                             error=exc.strerror or str(exc), retry="the client's next datagram tries again")
             self.stats.dropped += len(session.pending or ())
             session.close()
+            return
         except BaseException:
             session.close()
             raise
         if session.closed and session.transport is not None:
             session.transport.close()
+        else:
+            self._budget.out_of_fds.clear()
 
     def session_closed(self, session: _Session) -> None:
+        self._budget.udp_sessions.pop(session, None)
         if self._sessions.get(session.client) is session:
             del self._sessions[session.client]
             self.balancer.release(session.endpoint)

@@ -58,3 +58,14 @@ def test_run_accepts_the_iptables_node_flags() -> None:
     assert args.cluster_cidr == "10.244.0.0/16"
     assert args.masquerade_all is True
     assert args.nodeport_addresses == "192.168.0.0/24"
+
+
+def test_a_full_loopback_block_names_the_flags_not_fields() -> None:
+    """A ClusterIP left without a loopback address asks for a larger --loopback-block or a --bind-address."""
+    from kproxy.errors import ConfigError
+    from kproxy.modes.userspace.addresses import plan_listen
+
+    with pytest.raises(ConfigError) as err:
+        plan_listen(cluster_ip="10.96.0.9", port=80, bind_address=None, loopback={})
+    assert "--loopback-block" in str(err.value) and "--bind-address" in str(err.value)
+    assert "loopback_block" not in str(err.value) and "bind_address" not in str(err.value)

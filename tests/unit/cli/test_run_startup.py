@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from kproxy.cli.main import build_parser, main
-from kproxy.config.flags import merge_config
+from kproxy.cli.main import main
+from kproxy.config import Command, build_run_config
 from kproxy.daemon.setup import observability_options
 
 
@@ -32,10 +32,9 @@ def test_bad_client_flag_is_a_clean_exit_2(flags: list[str], named: str, tmp_pat
 
 def test_healthcheck_bind_addresses_flag_sets_the_health_check_node_port_addresses() -> None:
     """--healthcheck-bind-addresses 127.0.0.2,::1 is where health check node ports will listen."""
-    args = build_parser().parse_args(["run", "--manifests", "examples/cluster.yaml",
-                                      "--healthcheck-bind-addresses", "127.0.0.2,::1"])
-    merge_config(args)
-    assert observability_options(args).health_check_addresses == ("127.0.0.2", "::1")
+    run = build_run_config({"--manifests": ["examples/cluster.yaml"],
+                            "--healthcheck-bind-addresses": "127.0.0.2,::1"}, command=Command.RUN)
+    assert observability_options(run).health_check_addresses == ("127.0.0.2", "::1")
 
 
 def test_bad_healthcheck_bind_address_exits_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
@@ -44,11 +43,11 @@ def test_bad_healthcheck_bind_address_exits_2_naming_the_flag(capsys: pytest.Cap
     assert "--healthcheck-bind-addresses" in capsys.readouterr().err
 
 
-def test_help_says_run_runs_userspace_and_iptables(capsys: pytest.CaptureFixture[str]) -> None:
-    """`kproxy --help` describes run as userspace or iptables, not userspace only."""
+def test_help_says_run_runs_every_registered_mode(capsys: pytest.CaptureFixture[str]) -> None:
+    """`kproxy --help` describes run with every mode of the registry, not userspace only."""
     with pytest.raises(SystemExit):
         main(["--help"])
-    assert "(userspace or iptables mode)" in capsys.readouterr().out
+    assert "(userspace, iptables, ipvs mode)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(

@@ -59,21 +59,23 @@ def test_the_public_surface_is_exported_sorted_and_documented() -> None:
     assert all(getattr(kproxy.testing, n).__doc__ for n in names if callable(getattr(kproxy.testing, n)))
 
 
-def _fresh_pytest(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """pytest in a fresh project at ``tmp_path`` (its own rootdir and ini: strict asyncio mode)."""
-    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+def _fresh_pytest(tmp_path: Path, *args: str, ini: str = "[pytest]\n") -> subprocess.CompletedProcess[str]:
+    """pytest in a fresh project at ``tmp_path`` (its own rootdir and ``ini``: strict asyncio mode)."""
+    (tmp_path / "pytest.ini").write_text(ini)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path),
                            "-c", str(tmp_path / "pytest.ini"), *args], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, check=False)
 
 
-def test_the_readme_example_passes_in_a_fresh_project(tmp_path: Path) -> None:
-    """The README's plugin example, copied into a project without asyncio_mode=auto, passes as written."""
+def test_the_readme_example_passes_in_a_fresh_project_without_warnings(tmp_path: Path) -> None:
+    """The README's plugin example and its pytest.ini, copied into a fresh strict-mode project, pass with no warning."""
     readme = (Path(__file__).parents[3] / "README.md").read_text()
     snippet = next(block for block in re.findall(r"```python\n(.*?)```", readme, re.S) if "kproxy_cluster" in block)
+    ini = next(block for block in re.findall(r"```ini\n(.*?)```", readme, re.S) if "asyncio_default_fixture_loop_scope" in block)
     (tmp_path / "test_readme.py").write_text(snippet)
-    result = _fresh_pytest(tmp_path, "--kproxy-modes", "userspace,iptables")
-    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout + result.stderr
+    result = _fresh_pytest(tmp_path, "--kproxy-modes", "userspace,iptables", "-W", "error::DeprecationWarning", ini=ini)
+    assert result.returncode == 0 and "3 passed" in result.stdout, result.stdout + result.stderr
+    assert "Warning" not in result.stdout + result.stderr, result.stdout + result.stderr
 
 
 @pytest.mark.parametrize(("value", "says"), [("userspace,nope", "--kproxy-modes: unknown mode 'nope'"), (",,", "--kproxy-modes: expected mode names")])

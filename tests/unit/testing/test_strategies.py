@@ -64,11 +64,12 @@ def test_packets_refuse_an_impossible_restriction() -> None:
 
 
 def test_node_spec_validates_its_addresses() -> None:
-    """A local pod CIDR outside the cluster CIDR, or two node IPs of a family, are refused."""
+    """A local pod CIDR outside the cluster CIDR, or a node IP that is no address, is refused; two of a family are not."""
     with pytest.raises(InvalidArgument, match="local_pod_cidrs"):
         NodeSpec(local_pod_cidrs=("10.99.0.0/24",))
     with pytest.raises(InvalidArgument, match="node_ips"):
-        NodeSpec(node_ips=("192.168.0.2", "192.168.0.3"))
+        NodeSpec(node_ips=("192.168.0.2", "192.168.0.300"))
+    assert NodeSpec(node_ips=("192.168.0.2", "192.168.0.3")).node_ip(4) == "192.168.0.2"  # the first is primary
 
 
 @settings(max_examples=60, deadline=None, derandomize=True)
@@ -131,7 +132,7 @@ def test_cluster_refuses_an_object_of_another_kind() -> None:
 
 
 @pytest.mark.parametrize(("make", "named"), [
-    (lambda: NodeSpec(node_ips=("192.168.0.2", "192.168.0.3")), "node_ips"),
+    (lambda: NodeSpec(node_ips=("192.168.0.2", "node-a")), "node_ips"),
     (lambda: NodeSpec(families=()), "families"),
     (lambda: Packet(src="10.0.0.1", dst="fd00::1", sport=1, dport=1), "src"),
 ])
