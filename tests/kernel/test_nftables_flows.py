@@ -17,7 +17,7 @@ from tests.conftest import require_kernel
 from tests.emulation.nftables.rulesets import flows_ruleset
 from tests.kernel.harness import PROBE_BYTES, Answer, Probe, Topology, topology
 from tests.kernel.netns import sh
-from tests.unit.kernel.scenarios import (
+from tests.scenarios import (
     CLIENT_GW,
     EP_PORT,
     EXTERNAL,

@@ -16,7 +16,7 @@ from tests.emulation.nftables.rulesets import flows_ruleset
 from tests.kernel.harness import PROBE_BYTES, V6, Answer, Probe, Topology, endpoint_name, topology6
 from tests.kernel.netns import sh
 from tests.kernel.test_iptables_ipv6 import node_model6
-from tests.unit.kernel.scenarios import EP_PORT
+from tests.scenarios import EP_PORT
 
 pytestmark = pytest.mark.kernel
 

@@ -2,7 +2,7 @@
 
 The node topology of :mod:`tests.kernel.harness` (a node namespace, pods behind veths, a second
 node with a remote pod, an external client) gets the nftables mode's full sync of the scenario
-cluster (:func:`tests.unit.kernel.scenarios.cluster`) through :class:`~kproxy.kernel.LinuxNftables`.
+cluster (:func:`tests.scenarios.cluster`) through :class:`~kproxy.kernel.LinuxNftables`.
 Every case of the shared table the kernel can carry is sent as real TCP connections and UDP
 datagrams (IPv4); the answers must match the case: the verdict (answered, refused, timed out),
 the endpoints that answered, and whether the endpoint saw the client's own address or the node's
@@ -23,7 +23,7 @@ from kproxy.model.names import IPFamily
 from kproxy.modes.nftables import NftablesConfig, NftablesMode
 from tests.conftest import require_kernel
 from tests.kernel.harness import Answer, Probe, Topology, topology
-from tests.unit.kernel.scenarios import CASES, CLIENT_GW, NODE, NODE_IP, POD_GW, SOURCES, Case, cluster
+from tests.scenarios import CASES, CLIENT_GW, NODE, NODE_IP, POD_GW, SOURCES, Case, cluster
 from tests.unit.modes.kube import snapshot_of
 
 pytestmark = pytest.mark.kernel

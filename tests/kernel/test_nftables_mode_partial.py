@@ -23,7 +23,7 @@ from kproxy.model.snapshot import Snapshot
 from kproxy.modes.nftables import NftablesConfig, NftablesMode, canonical_listing
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns
-from tests.unit.kernel.scenarios import CLIENT_GW, NODE, NODE_IP, cluster
+from tests.scenarios import CLIENT_GW, NODE, NODE_IP, cluster
 from tests.unit.modes.kube import next_snapshot, snapshot_of
 
 pytestmark = pytest.mark.kernel
