@@ -114,7 +114,7 @@ def bench_iptables(services: int, seconds: float) -> float | None:
         from emulation.clock import ManualClock
         from emulation.netfilter import Netns, load
         from emulation.node import Interface, Node, Route
-        from tests.emulation.bench_netfilter import kube_ruleset
+        from tests.benchmarks.bench_netfilter import kube_ruleset
     except ImportError as e:  # the netfilter model is being reworked elsewhere
         print(f"(iptables emulator not measured: {e})")
         return None
