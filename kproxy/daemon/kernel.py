@@ -155,7 +155,6 @@ async def serve_modes(modes: list[IptablesMode] | list[IpvsMode], source: Source
     _log.info("starting", mode=options.mode, kernel=options.kernel, node=node.hostname,
               families=[str(f) for f in node.ip_families])
     await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
-    _log.info("stopped")
 
 
 async def cleanup_kernel(families: tuple[IPFamily, ...]) -> list[str]:
