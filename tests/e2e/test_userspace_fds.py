@@ -180,7 +180,7 @@ def test_a_udp_flood_from_many_clients_is_capped_and_the_proxy_keeps_serving() -
 
 
 @pytest.mark.xfail(strict=False, reason="on a heavily loaded machine the out-of-fds child sometimes never "
-                   "answers its stats probe (seen twice on 2 loaded cores, never alone); bounded, investigating")
+                   "answers its stats probe (seen twice on 2 loaded cores, never alone)")
 def test_running_out_of_fds_on_accept_backs_off_and_never_blames_the_endpoint() -> None:
     """Caps above RLIMIT_NOFILE 96, 150 held connections exhaust fds: no spin, no dial failure, recovers."""
     held_count = 150
