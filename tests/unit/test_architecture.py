@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: The import order, lowest first: a module may import its own package and the packages before
 #: it, never one after it (README, "Architecture"). ``kproxy/__init__.py`` exports lazily and
 #: ``kproxy/__main__.py`` only calls the CLI, so both stand outside the order.
-LAYERS = ("errors", "model", "clock", "config", "sources", "sync", "observability", "kernel", "modes",
-          "trace", "daemon", "testing", "cli")
+LAYERS = ("errors", "model", "clock", "config", "sources", "sync", "observability", "portforward",
+          "kernel", "modes", "trace", "cluster", "daemon", "testing", "cli")
 
 #: Imports inside functions, each with its reason; any other is a cycle being dodged. The CLI
 #: imports a command's machinery only when that command runs (start-up time, and Hypothesis only
