@@ -80,6 +80,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help=f"on SIGINT/SIGTERM, how long open connections may finish (default "
                          f"{DEFAULT_DRAIN_TIMEOUT_S:g}s; a second SIGINT cuts it short; the kernel modes "
                          "hold no connections)")
+    for flag, what in (("--max-connections", "relayed TCP connections open at once, all service ports"),
+                       ("--max-connections-per-service", "relayed TCP connections open at once on one "
+                                                         "service port"),
+                       ("--max-udp-sessions", "UDP sessions open at once, all service ports"),
+                       ("--max-udp-sessions-per-service", "UDP sessions open at once on one service port")):
+        us.add_argument(flag, default=_HIDE, metavar="N",
+                        help=f"{what}; past it a new TCP connection is reset at once and a new UDP flow "
+                             "evicts the least recently active session (default: sized from the open-files limit)")
     sync = parser.add_argument_group("sync")
     sync.add_argument("--min-sync-period", default=_HIDE, metavar="D",
                       help=f"minimum time between syncs, a Go duration such as 1s or 250ms (default "

@@ -35,6 +35,7 @@ from kproxy.config.defaults import (
     STDIN_PATH,
 )
 from kproxy.config.flags import (
+    CAP_FLAGS,
     IPVS_ONLY_FLAGS,
     KERNEL_ONLY_FLAGS,
     RUN_FLAGS,
@@ -64,6 +65,7 @@ from kproxy.config.run import (
 from kproxy.config.values import (
     parse_bool,
     parse_cidr_list,
+    parse_count,
     parse_families,
     parse_ip_list,
     parse_ipv4_cidr,
@@ -256,7 +258,10 @@ def _userspace(given: Given, *, check: bool) -> UserspaceSettings:
             raise ConfigError(f"--address-map: folder {str(folder)!r} does not exist")
     udp = given.get("--udp-timeout")
     drain = given.get("--drain-timeout")
+    caps = {flag[2:].replace("-", "_"): parse_count(str(given[flag]), name=flag)
+            for flag in CAP_FLAGS if flag in given}
     return UserspaceSettings(
+        **caps,
         bind_address=parse_specific_ip(str(bind), name="--bind-address") if bind is not None else None,
         loopback_block=parse_ipv4_cidr(str(given.get("--loopback-block", DEFAULT_LOOPBACK_BLOCK)),
                                        name="--loopback-block"),

@@ -15,6 +15,7 @@ from kproxy.config.kubeproxy import KubeProxyConfiguration, default_configuratio
 from kproxy.errors import ConfigError
 
 __all__ = [
+    "CAP_FLAGS",
     "IPVS_ONLY_FLAGS",
     "KERNEL_ONLY_FLAGS",
     "NODE_FLAGS",
@@ -31,8 +32,11 @@ NODE_FLAGS = ("--hostname-override", "--node-ip", "--node-zone", "--ip-families"
 RULE_FLAGS = ("--proxy-mode", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
               "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler")
 #: Flags only the userspace mode uses.
+#: The userspace connection caps (``UserspaceSettings.max_*``).
+CAP_FLAGS = ("--max-connections", "--max-connections-per-service", "--max-udp-sessions",
+             "--max-udp-sessions-per-service")
 USERSPACE_ONLY_FLAGS = ("--bind-address", "--loopback-block", "--address-map", "--udp-timeout",
-                        "--drain-timeout")
+                        "--drain-timeout", *CAP_FLAGS)
 #: Flags only the kernel modes (iptables, ipvs) use.
 KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
                      "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--kernel",

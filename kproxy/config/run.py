@@ -202,6 +202,11 @@ class UserspaceSettings:
         address_map: ``--address-map`` file, or None.
         udp_timeout_s: ``--udp-timeout``, seconds (> 0).
         drain_timeout_s: ``--drain-timeout``, seconds (>= 0).
+        max_connections, max_connections_per_service: ``--max-connections`` and
+            ``--max-connections-per-service``, relayed TCP connections open at once in total and
+            on one service port, or None (sized from RLIMIT_NOFILE at start-up).
+        max_udp_sessions, max_udp_sessions_per_service: ``--max-udp-sessions`` and
+            ``--max-udp-sessions-per-service``, the same for UDP sessions.
     """
 
     bind_address: str | None = None
@@ -209,6 +214,10 @@ class UserspaceSettings:
     address_map: str | None = None
     udp_timeout_s: float = DEFAULT_UDP_TIMEOUT_S
     drain_timeout_s: float = DEFAULT_DRAIN_TIMEOUT_S
+    max_connections: int | None = None
+    max_connections_per_service: int | None = None
+    max_udp_sessions: int | None = None
+    max_udp_sessions_per_service: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -112,6 +112,21 @@ def parse_period(text: str, *, name: str, positive: bool = False) -> float:
     return seconds
 
 
+def parse_count(text: str, *, name: str) -> int:
+    """A whole number >= 1 (a cap such as ``--max-connections 5000``).
+
+    Raises:
+        ConfigError: not a whole number, or below 1.
+    """
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise ConfigError(f"{name}: expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def parse_ip_list(text: str, *, name: str) -> tuple[str, ...]:
     """``IP[,IP]`` (brackets around IPv6 allowed), canonical.
 

@@ -85,7 +85,10 @@ class UserspaceOptions:
         return cls(bind_address=us.bind_address, loopback_block=us.loopback_block,
                    address_map_path=us.address_map, udp_idle_timeout_s=us.udp_timeout_s,
                    min_sync_period_s=run.sync.min_sync_period_s, sync_period_s=run.sync.sync_period_s,
-                   drain_timeout_s=us.drain_timeout_s)
+                   drain_timeout_s=us.drain_timeout_s, max_connections=us.max_connections,
+                   max_connections_per_service=us.max_connections_per_service,
+                   max_udp_sessions=us.max_udp_sessions,
+                   max_udp_sessions_per_service=us.max_udp_sessions_per_service)
 
     @property
     def data_plane(self) -> tuple[object, ...]:

@@ -87,7 +87,7 @@ def test_run_serves_manifest_and_follows_edits(tmp_path: Path, backends: Identit
          "--min-sync-period", "100ms", "--hostname-override", "node-a", "--log-format", "json"],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        table = _read_map(address_map, 10, 1)
+        table = _read_map(address_map, 30, 1)
         assert table[0]["service"] == "demo/web:http"
         assert table[0]["cluster_ip"] == "10.96.7.7"
         listen = str(table[0]["listen"])
@@ -118,7 +118,7 @@ def test_run_keeps_serving_when_a_file_breaks(tmp_path: Path, backends: Identity
          "--min-sync-period", "100ms", "--log-format", "json"],
         stderr=subprocess.PIPE, text=True)
     try:
-        listen = str(_read_map(address_map, 10, 1)[0]["listen"])
+        listen = str(_read_map(address_map, 30, 1)[0]["listen"])
         manifest.write_text("apiVersion: v1\nkind: Service\nmetadata: {name: [unclosed\n")
         time.sleep(1.5)
         assert _ask(listen) == "127.0.77.1:18080"
@@ -141,7 +141,7 @@ def test_invalid_service_is_reported_and_others_served(tmp_path: Path, backends:
          "--min-sync-period", "100ms", "--log-format", "json"],
         stderr=subprocess.PIPE, text=True)
     try:
-        table = _read_map(address_map, 10, 1)
+        table = _read_map(address_map, 30, 1)
         assert [row["service"] for row in table] == ["demo/web:http"]
         assert _ask(str(table[0]["listen"])) == "127.0.77.1:18080"
     finally:
@@ -369,6 +369,45 @@ def test_manifests_from_stdin_are_served(tmp_path: Path, backends: IdentityServe
         proc.send_signal(signal.SIGHUP)  # a stream cannot be re-read: what was read is served again
         time.sleep(1.5)
         assert _ask(listen) == "127.0.77.3:18080"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err
+
+
+def test_max_connections_per_service_resets_the_connection_over_the_cap(tmp_path: Path, backends: IdentityServers) -> None:
+    """With --max-connections-per-service 1, a second connection while the first is open is reset
+    without reaching an endpoint; once the first closes, a new one is served again."""
+    manifest = tmp_path / "cluster.yaml"
+    manifest.write_text(_manifest(["127.0.77.1"], 18080))
+    address_map = tmp_path / "addresses.json"
+    proc = subprocess.Popen(
+        [_kproxy(), "run", "--manifests", str(manifest), "--address-map", str(address_map),
+         "--max-connections-per-service", "1", "--log-format", "json", "--healthz-bind-address", "",
+         "--metrics-bind-address", ""],
+        stderr=subprocess.PIPE, text=True)
+    try:
+        listen = str(_read_map(address_map, 30, 1)[0]["listen"])
+        host, _, port = listen.rpartition(":")
+        held = socket.create_connection((host, int(port)), timeout=3)
+        try:
+            held.sendall(b"who\n")
+            assert held.recv(4096).decode().split()[0] == "127.0.77.1:18080"
+            try:
+                over = _ask(listen)
+            except (ConnectionResetError, IndexError):  # reset, or closed before any byte
+                over = None
+            assert over is None, f"the connection over the cap reached {over}"
+        finally:
+            held.close()
+        deadline = time.monotonic() + 5
+        answer = None
+        while answer is None and time.monotonic() < deadline:
+            try:
+                answer = _ask(listen)
+            except (ConnectionResetError, IndexError):  # the closed connection not yet counted out
+                time.sleep(0.05)
+        assert answer == "127.0.77.1:18080"
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)

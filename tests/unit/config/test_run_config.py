@@ -129,6 +129,8 @@ def test_the_files_fields_apply_when_no_flag_is_given(tmp_path: Path) -> None:
     ({"--sync-period": "30"}, "--sync-period"),
     ({"--min-sync-period": "5s", "--sync-period": "1s"}, "--sync-period (1s) must be > 0 and >= --min-sync-period"),
     ({"--udp-timeout": "0s"}, "--udp-timeout"),
+    ({"--max-connections": "0"}, "--max-connections: expected a whole number >= 1"),
+    ({"--max-udp-sessions-per-service": "ten"}, "--max-udp-sessions-per-service"),
     ({"--drain-timeout": "nan"}, "--drain-timeout"),
     ({"--bind-address": "0.0.0.0"}, "--bind-address"),
     ({"--bind-address": "eth0"}, "--bind-address"),
@@ -250,3 +252,12 @@ def test_address_map_must_be_a_file_in_an_existing_folder(tmp_path: Path) -> Non
         _build({"--address-map": str(tmp_path)})
     with pytest.raises(ConfigError, match="--address-map: folder"):
         _build({"--address-map": str(tmp_path / "missing" / "map.json")})
+
+
+def test_connection_caps_reach_the_userspace_limits() -> None:
+    """--max-connections and its three siblings set the caps; the ones not given are sized from RLIMIT_NOFILE."""
+    run = _build({"--max-connections": "40", "--max-connections-per-service": "3", "--max-udp-sessions": "7"})
+    limits = UserspaceOptions.from_run(run).limits()
+    assert (limits.max_connections, limits.max_connections_per_service, limits.max_udp_sessions) == (40, 3, 7)
+    sized = UserspaceOptions.from_run(_build()).limits()
+    assert limits.max_udp_sessions_per_service == sized.max_udp_sessions_per_service >= 1
