@@ -87,7 +87,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                        ("--max-udp-sessions-per-service", "UDP sessions open at once on one service port")):
         us.add_argument(flag, default=_HIDE, metavar="N",
                         help=f"{what}; past it a new TCP connection is reset at once and a new UDP flow "
-                             "evicts the least recently active session (default: sized from the open-files limit)")
+                             "evicts the least recently active session (default: sized from the "
+                             "open-files limit)")
     sync = parser.add_argument_group("sync")
     sync.add_argument("--min-sync-period", default=_HIDE, metavar="D",
                       help=f"minimum time between syncs, a Go duration such as 1s or 250ms (default "
