@@ -16,6 +16,9 @@ import argparse
 import ipaddress
 import json
 import sys
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Sequence
 
 from emulation.errors import NetfilterError
@@ -70,6 +73,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     parser.add_argument("--ipvs-dump", default=None, metavar="FILE",
                         help="a node's ipvsadm-save -n or ipvsadm -Ln --nosort output, instead of "
                              "--manifests")
+    parser.add_argument("--from-run", default=None, metavar="URL",
+                        help="trace through a running `kproxy run --kernel emulated` instead: its metrics "
+                             "server's URL (such as http://127.0.0.1:10249), asked at /debug/trace; the "
+                             "run's own rules, node and conntrack state are used")
     parser.add_argument("--ipset-save", default=None, metavar="FILE",
                         help="with --ipvs-dump: the node's ipset save output")
     parser.add_argument("--connections", type=int, default=None, metavar="N",
@@ -174,6 +181,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         ConfigError: see :func:`trace_from_args`.
         KernelError: see :func:`trace_from_args`.
     """
+    if args.from_run is not None:
+        return _trace_from_run(args)
     config = config_of(args, parser, Command.TRACE)
     try:
         result = trace_from_args(args, config)
@@ -216,3 +225,34 @@ def _node_line(addresses: Sequence[str], placeholder: bool) -> str:
     if placeholder:
         return f"node address: {', '.join(addresses)} (placeholder; pass --node-ip)"
     return f"node address{'es' if len(addresses) > 1 else ''}: {', '.join(addresses)}"
+
+
+def _trace_from_run(args: argparse.Namespace) -> int:
+    """``--from-run URL``: ask the running kproxy's ``/debug/trace`` and print its answer.
+
+    Raises:
+        ConfigError: rule flags given beside it, the run cannot be reached, or it refused the query.
+    """
+    given = (("--manifests", getattr(args, "manifests", None)), ("--iptables-save", args.iptables_save),
+             ("--ipvs-dump", args.ipvs_dump), ("--ipset-save", args.ipset_save))
+    beside = [flag for flag, value in given if value]
+    if beside:
+        raise ConfigError(f"--from-run URL traces the running kproxy's own rules; drop {', '.join(beside)}")
+    query = {"src": args.src, "dst": args.dst, "proto": args.proto, "format": "json" if args.json else "text"}
+    if args.connections is not None:
+        query["connections"] = str(args.connections)
+    base = args.from_run.rstrip("/")
+    if "://" not in base:
+        base = f"http://{base}"
+    url = f"{base}/debug/trace?{urllib.parse.urlencode(query)}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            sys.stdout.write(answer.read().decode())
+    except urllib.error.HTTPError as err:
+        raise ConfigError(f"--from-run {args.from_run}: {err.read().decode().strip() or err}") from None
+    except (urllib.error.URLError, OSError) as err:
+        reason = getattr(err, "reason", err)
+        raise ConfigError(f"--from-run {args.from_run}: cannot reach the running kproxy at {url}: {reason} "
+                          "(is it running with --kernel emulated, and is this its --metrics-bind-address?)"
+                          ) from None
+    return 0

@@ -21,6 +21,7 @@ from emulation import ManualClock
 from emulation.netfilter import Netns, Ruleset
 from kproxy.config.defaults import DEFAULT_MIN_SYNC_PERIOD_S, DEFAULT_SYNC_PERIOD_S
 from kproxy.config.run import RunConfig
+from kproxy.daemon.debug import KernelDebug
 from kproxy.daemon.engine import build_engine, run_until_stopped
 from kproxy.errors import ConfigError, KernelError
 from kproxy.kernel import EmulatedIpvs, EmulatedNetfilter, IpvsNode, LinuxIpvs, LinuxNetfilter, trace_node
@@ -152,6 +153,11 @@ async def serve_modes(modes: list[IptablesMode] | list[IpvsMode], source: Source
     consumers: list[Consumer] = list(modes)
     engine, obs = build_engine(source, node, consumers, min_sync_period_s=options.min_sync_period_s,
                                sync_period_s=options.sync_period_s, observability=observability)
+    if obs is not None:
+        if options.kernel == "emulated":
+            obs.serve_debug(KernelDebug(modes, options.iptables.node_ips))
+        else:
+            obs.serve_debug(None, why_not="--kernel linux")
     _log.info("starting", mode=options.mode, kernel=options.kernel, node=node.hostname,
               families=[str(f) for f in node.ip_families])
     await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)

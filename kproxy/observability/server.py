@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from kproxy.clock import Clock, MonotonicClock
 from kproxy.errors import ConfigError, InvalidArgument
+from kproxy.observability.debug import DebugEndpoints, add_debug_routes
 from kproxy.observability.health import ProxyHealth
 from kproxy.observability.http import BindAddress, parse_bind_address, serving
 from kproxy.observability.instrument import Instruments
@@ -102,8 +103,11 @@ def healthz_app(health: ProxyHealth, metrics: ProxyMetrics | None = None) -> web
     return app
 
 
-def metrics_app(metrics: ProxyMetrics, *, proxy_mode: str = "userspace") -> web.Application:
-    """``/metrics`` (Prometheus text), ``/healthz`` (``ok``) and ``/proxyMode``, as kube-proxy serves them."""
+def metrics_app(metrics: ProxyMetrics, *, proxy_mode: str = "userspace", debug: DebugEndpoints | None = None,
+                debug_why_not: str = "") -> web.Application:
+    """``/metrics`` (Prometheus text), ``/healthz`` (``ok``) and ``/proxyMode``, as kube-proxy serves
+    them, and kproxy's ``/debug/rules`` and ``/debug/trace`` (:mod:`kproxy.observability.debug`),
+    answered by ``debug`` or, without one, 404 saying ``debug_why_not``."""
 
     async def render(_: web.Request) -> web.Response:
         return web.Response(body=metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST})
@@ -118,6 +122,7 @@ def metrics_app(metrics: ProxyMetrics, *, proxy_mode: str = "userspace") -> web.
     app.router.add_get("/metrics", render)
     app.router.add_get("/healthz", ok)
     app.router.add_get("/proxyMode", mode)
+    add_debug_routes(app, debug, why_not=debug_why_not or f"{proxy_mode} mode")
     return app
 
 
@@ -159,6 +164,13 @@ class Observability:
         """Where ``/metrics`` listens once :meth:`run` started, else None."""
         self._started = asyncio.Event()
         self._attempted = 0
+        self._debug: DebugEndpoints | None = None
+        self._debug_why_not = ""
+
+    def serve_debug(self, debug: DebugEndpoints | None, *, why_not: str = "") -> None:
+        """Answer ``/debug/rules`` and ``/debug/trace`` with ``debug`` (call before :meth:`run`);
+        None keeps them answering 404 with ``why_not``."""
+        self._debug, self._debug_why_not = debug, why_not
 
     def bind(self, engine: SyncEngine, *, proxy: Any = None, source: Any = None) -> None:
         """Observe ``engine``; read ``proxy.stats()`` and ``source.status()`` at scrape time when present."""
@@ -185,7 +197,8 @@ class Observability:
                         healthz_app(self.health, self.metrics), self._healthz_at, "healthz")))
                 if self._metrics_at is not None:
                     pending.append(tg.create_task(self._serve(
-                        metrics_app(self.metrics, proxy_mode=self.options.proxy_mode), self._metrics_at,
+                        metrics_app(self.metrics, proxy_mode=self.options.proxy_mode, debug=self._debug,
+                                    debug_why_not=self._debug_why_not), self._metrics_at,
                         "metrics")))
                 if not pending:
                     self._started.set()
