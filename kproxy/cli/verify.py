@@ -29,6 +29,7 @@ from kproxy.cli.render import print_problems
 from kproxy.config import Command, RunConfig, build_run_config
 from kproxy.errors import ConfigError, InvalidArgument
 from kproxy.testing import Cluster, Comparison, NodeSpec, compare, packets
+from kproxy.testing.affinity import AFFINITY_CONNECTIONS, affinity_breaks, affinity_clients
 from kproxy.testing.equivalence import format_comparison
 from kproxy.testing.modes import DEFAULT_MODES, DumpAdapter, ModeAdapter, available_modes, get_mode
 from kproxy.trace.build import load_node_dump, read_manifests
@@ -160,13 +161,23 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except InvalidArgument as err:
         raise ConfigError(str(err)) from None
     names = [m if isinstance(m, str) else m.name for m in modes]
+    breaks = affinity_breaks(cluster, modes) if failure is None else []
+    if breaks:
+        print(f"kproxy verify: {' and '.join(names)} disagree on sessionAffinity (families checked: "
+              f"{families}); each line is one client:", file=sys.stdout)
+        for found in breaks:
+            print(f"  {found}")
+        return 1
     if failure is not None:
         print(f"kproxy verify: {' and '.join(names)} disagree (families checked: {families}); "
               "the minimal packet:\n", file=sys.stdout)
         print(format_comparison(failure))
         return 1
     known = ", ".join(f"{k} x{v}" for k, v in sorted(tally.items()) if k != "packets")
+    clients = len(affinity_clients(cluster))
     print(f"kproxy verify: {', '.join(names)} agree on {tally['packets']} packets "
           f"({len(cluster.snapshot)} service ports; families checked: {families}; seed {args.seed})"
-          + (f"; known differences: {known}" if known else ""))
+          + (f"; known differences: {known}" if known else "")
+          + (f"; sessionAffinity held for {clients} clients x {AFFINITY_CONNECTIONS} connections" if clients
+             else ""))
     return 0

@@ -98,6 +98,29 @@ def test_a_node_dump_missing_an_endpoint_disagrees(
     assert "MISMATCH: iptables and node-dump disagree on endpoints" in capsys.readouterr().out
 
 
+def test_a_node_dump_missing_its_affinity_rcheck_rules_disagrees_on_session_affinity(
+        manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump whose `-m recent --rcheck` rules were deleted spreads first packets exactly as the right one
+    does, so the packet pass agrees; a client's second connection goes elsewhere, and verify exits 1 naming it."""
+    lines = _node_dump().splitlines()
+    kept = [line for line in lines if "--rcheck" not in line]
+    assert len(kept) < len(lines)
+    path = tmp_path / "node.iptables-save"
+    path.write_text("\n".join(kept) + "\n")
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--iptables-save", str(path), "--examples", "60"]) == 1
+    out = capsys.readouterr().out
+    assert "disagree on sessionAffinity" in out
+    assert re.search(r"node-dump: sessionAffinity ClientIP of ns5/svc5:p80 \(timeoutSeconds 10800\) did not hold: "
+                     r"12 connections from \S+ within 11 s went to ", out)
+    assert "  iptables:" not in out  # the rendered rules keep it
+
+
+def test_verify_says_how_many_affinity_clients_it_checked(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On the scenario cluster every mode keeps each affinity client on one endpoint, and the summary says so."""
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--examples", "20"]) == 0
+    assert re.search(r"sessionAffinity held for [1-9]\d* clients x 12 connections", capsys.readouterr().out)
+
+
 def test_an_unknown_mode_is_a_usage_error(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--modes naming no registered mode exits 2 and lists the available ones."""
     assert main(["verify", "--manifests", str(manifests), "--modes", "userspace,nope"]) == 2
