@@ -21,6 +21,7 @@ from kproxy.cli.flags import (
     warn,
     warn_ignored,
 )
+from kproxy.cli.progress import document_progress, progress_wanted
 from kproxy.config import Command, RunConfig, build_run_config
 from kproxy.config.defaults import DEFAULT_RENDER_MODE
 from kproxy.config.flags import IPVS_ONLY_FLAGS
@@ -77,7 +78,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         ConfigError: a bad flag value, or a manifest path that does not exist.
     """
     config = config_of(args, parser, Command.RENDER)
-    manifests = read_manifests(config.source.manifests)
+    with document_progress(enabled=progress_wanted()) as report:
+        manifests = read_manifests(config.source.manifests, progress=report)
     print_problems(manifests)
     snapshot = snapshot_of(config, manifests)
     if config.proxy_mode == "ipvs":

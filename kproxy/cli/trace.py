@@ -30,6 +30,7 @@ from kproxy.cli.flags import (
     flags_in,
     warn_ignored,
 )
+from kproxy.cli.progress import document_progress, progress_wanted
 from kproxy.cli.render import config_of, print_problems
 from kproxy.config import Command, RunConfig
 from kproxy.errors import ConfigError, KernelError
@@ -165,7 +166,8 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
             return trace_packet(netns, packet)
         except NetfilterError as err:
             raise ConfigError(f"--iptables-save {args.iptables_save}: {err}") from None
-    manifests = read_manifests(config.source.manifests)
+    with document_progress(enabled=progress_wanted()) as report:
+        manifests = read_manifests(config.source.manifests, progress=report)
     print_problems(manifests)
     snapshot = snapshot_of(config, manifests)
     if mode == "ipvs":

@@ -20,11 +20,13 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import Counter
+from collections.abc import Callable
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from kproxy.cli.flags import add_config_flag, add_manifests_flag, add_node_flags, add_rule_flags, given_flags
+from kproxy.cli.progress import document_progress, progress_wanted, step_progress
 from kproxy.cli.render import print_problems
 from kproxy.config import Command, RunConfig, build_run_config
 from kproxy.errors import ConfigError, InvalidArgument
@@ -80,7 +82,7 @@ def node_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
 
 
 def search(cluster: Cluster, modes: list[str | ModeAdapter], *, examples: int, seed: int,
-           tally: Counter[str] | None = None) -> Comparison | None:
+           tally: Counter[str] | None = None, step: Callable[[], None] | None = None) -> Comparison | None:
     """Generate up to ``examples`` packets and return the minimal disagreement, or None.
 
     Args:
@@ -89,6 +91,7 @@ def search(cluster: Cluster, modes: list[str | ModeAdapter], *, examples: int, s
         examples: packets to generate (Hypothesis ``max_examples``).
         seed: the generator's seed.
         tally: counts ``"packets"`` and each known difference that applied.
+        step: called after each packet (a progress bar).
 
     Raises:
         InvalidArgument: an unknown mode, or no packet can be generated for the cluster.
@@ -105,6 +108,8 @@ def search(cluster: Cluster, modes: list[str | ModeAdapter], *, examples: int, s
     def check(packet: object) -> None:
         result = compare(cluster, packet, modes)  # type: ignore[arg-type]
         counts["packets"] += 1
+        if step is not None:
+            step()
         for difference in result.excused:
             counts[difference.name] += 1
         if not result.equivalent:
@@ -136,7 +141,8 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         raise ConfigError(f"--modes: expected mode names, comma-separated, got {args.modes!r}; "
                           f"available: {','.join(available_modes())}")
     node, config = node_from_args(args, parser)
-    manifests = read_manifests(config.source.manifests)
+    with document_progress(enabled=progress_wanted()) as report:
+        manifests = read_manifests(config.source.manifests, progress=report)
     print_problems(manifests)
     problems = manifests.problems
     cluster = Cluster.from_objects(list(manifests.services), list(manifests.slices), node)
@@ -157,7 +163,9 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             for m in modes:
                 get_mode(m)
         tally: Counter[str] = Counter()
-        failure = search(cluster, modes, examples=args.examples, seed=args.seed, tally=tally)
+        with step_progress("checking packets", args.examples, unit=" packets",
+                           enabled=progress_wanted()) as step:
+            failure = search(cluster, modes, examples=args.examples, seed=args.seed, tally=tally, step=step)
     except InvalidArgument as err:
         raise ConfigError(str(err)) from None
     names = [m if isinstance(m, str) else m.name for m in modes]

@@ -34,7 +34,7 @@ import asyncio
 import json
 import os
 import stat as stat_module
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,8 +47,9 @@ from kproxy.errors import InvalidArgument, InvalidObject, SourceError
 from kproxy.model import KubeObject, parse_objects
 from kproxy.sources._gcpause import collector_paused
 from kproxy.sources.base import Emit, Event, ObjectKey, Synced, diff_objects, object_key
+from kproxy.sources.yamlfast import load_all as yaml_load_all
 
-__all__ = ["MANIFEST_SUFFIXES", "ManifestSource", "load_manifests"]
+__all__ = ["MANIFEST_SUFFIXES", "ManifestSource", "Progress", "load_manifests"]
 
 #: The file name endings read inside folders (a file given by name is read whatever its name).
 MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
@@ -156,8 +157,6 @@ def _under_any(path: Path, tops: Iterable[Path]) -> bool:
     return any(_under(path, top) for top in tops)
 
 
-#: libyaml's loader when PyYAML was built with it (about 8x faster), else the pure-Python one.
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _json_documents(text: str) -> list[Any]:
@@ -195,8 +194,13 @@ def _syntax_error(path: Path, err: Exception) -> _FileError:
     return _FileError(f"{where}: {kind} syntax error, file skipped: {detail}", path=path, line=line)
 
 
-def _parse_file(path: Path) -> _Parsed:
-    """Read and parse one manifest file.
+#: What :func:`load_manifests` reports as it reads: ``(path, documents read, documents in the file)``
+#: (the count is an estimate until the file is done: its ``---`` separators).
+Progress = Callable[[str, int, int], None]
+
+
+def _parse_file(path: Path, progress: Progress | None = None) -> _Parsed:
+    """Read and parse one manifest file, reporting each document to ``progress``.
 
     Raises:
         SourceError: the file cannot be read, is not UTF-8, or is not valid YAML/JSON (the
@@ -210,7 +214,16 @@ def _parse_file(path: Path) -> _Parsed:
     except OSError as err:
         raise _FileError(f"{path}: cannot read: {err.strerror or err}", path=path) from err
     try:
-        docs = _json_documents(text) if path.suffix == ".json" else list(yaml.load_all(text, _YAML_LOADER))
+        if path.suffix == ".json":
+            docs = _json_documents(text)
+        elif progress is None:
+            docs = list(yaml_load_all(text))
+        else:
+            estimate = text.count("\n---") + 1
+            docs = []
+            for doc in yaml_load_all(text):
+                docs.append(doc)
+                progress(str(path), len(docs), max(estimate, len(docs)))
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         raise _syntax_error(path, err) from err
     parsed = _Parsed()
@@ -245,12 +258,13 @@ def _merge(
 
 
 def load_manifests(
-    paths: Iterable[str | os.PathLike[str]],
+    paths: Iterable[str | os.PathLike[str]], *, progress: Progress | None = None,
 ) -> tuple[list[KubeObject], list[InvalidObject | SourceError]]:
     """Read manifest files and folders once (for ``kproxy render``-like commands).
 
     Args:
         paths: files or folders.
+        progress: called after each YAML document (see :data:`Progress`), for a progress bar.
 
     Returns:
         ``(objects, problems)``: every valid Service and EndpointSlice (one per kind, namespace
@@ -263,14 +277,15 @@ def load_manifests(
     """
     files: list[tuple[Path, _Parsed]] = []
     problems: list[InvalidObject | SourceError] = []
-    for path in _expand(_check_paths(paths)):
-        try:
-            parsed = _parse_file(path)
-        except SourceError as err:
-            problems.append(err)
-            continue
-        files.append((path, parsed))
-        problems.extend(parsed.problems)
+    with collector_paused():  # 20,000 Services are millions of objects: no full collections meanwhile
+        for path in _expand(_check_paths(paths)):
+            try:
+                parsed = _parse_file(path, progress)
+            except SourceError as err:
+                problems.append(err)
+                continue
+            files.append((path, parsed))
+            problems.extend(parsed.problems)
     merged, duplicates = _merge(files)
     problems.extend(duplicates)
     return list(merged.values()), problems

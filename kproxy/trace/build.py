@@ -32,7 +32,9 @@ from kproxy.model import EndpointSlice, IPFamily, KubeObject, Service, Snapshot,
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, nfacct_counters
 from kproxy.modes.iptables.mode import load_now
 from kproxy.modes.ipvs import IpvsConfig, render
-from kproxy.sources.manifests import load_manifests
+from kproxy.sources._gcpause import collector_paused
+from kproxy.sources.manifests import Progress, load_manifests
+from kproxy.sources.yamlfast import load_all as yaml_load_all
 from kproxy.trace.ipvs import node_from_render
 from kproxy.trace.netfilter import find_chain_loop
 
@@ -53,7 +55,6 @@ __all__ = [
 #: What problems found in standard input name as their file.
 STDIN_SOURCE = "<stdin>"
 
-_YAML_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,7 +91,7 @@ def parse_manifest_text(
                 while pos < len(stripped) and stripped[pos].isspace():
                     pos += 1
         else:
-            docs = list(yaml.load_all(text, _YAML_LOADER))
+            docs = list(yaml_load_all(text))
     except (yaml.YAMLError, json.JSONDecodeError) as err:
         detail = " ".join(str(err).split())
         return [], [SourceError(f"{source}: YAML/JSON syntax error, input skipped: {detail}")]
@@ -104,8 +105,10 @@ def parse_manifest_text(
     return objects, problems
 
 
-def read_manifests(paths: Sequence[str], *, stdin: TextIO | None = None) -> Manifests:
-    """Read ``--manifests`` once: files, folders and ``-`` (standard input), later definitions winning.
+def read_manifests(paths: Sequence[str], *, stdin: TextIO | None = None,
+                   progress: Progress | None = None) -> Manifests:
+    """Read ``--manifests`` once: files, folders and ``-`` (standard input), later definitions winning;
+    ``progress`` hears of each YAML document read from a file (a progress bar).
 
     Raises:
         ConfigError: no path, or a path that does not exist (naming ``--manifests`` and the path).
@@ -123,7 +126,7 @@ def read_manifests(paths: Sequence[str], *, stdin: TextIO | None = None) -> Mani
             found, trouble = parse_manifest_text((stdin or sys.stdin).read())
         else:
             try:
-                found, trouble = load_manifests([path])
+                found, trouble = load_manifests([path], progress=progress)
             except SourceError as err:
                 raise ConfigError(f"--manifests: {err}") from None
         problems.extend(trouble)
@@ -136,8 +139,9 @@ def read_manifests(paths: Sequence[str], *, stdin: TextIO | None = None) -> Mani
 
 def snapshot_of(run: RunConfig, manifests: Manifests) -> Snapshot:
     """This node's Snapshot of ``manifests`` (the run configuration's node name, zone and families)."""
-    return build_snapshot(list(manifests.services), list(manifests.slices),
-                          run.node.node_config(run.source.service_proxy_name))
+    with collector_paused():  # as load_manifests: many objects, no full collections meanwhile
+        return build_snapshot(list(manifests.services), list(manifests.slices),
+                              run.node.node_config(run.source.service_proxy_name))
 
 
 def read_text(path: str, flag: str) -> str:
