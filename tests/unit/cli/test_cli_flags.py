@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from kproxy.cli.main import main
-from kproxy.modes import MODES
+from kproxy.modes import run_modes
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -66,10 +66,10 @@ def test_log_format_and_log_level_have_help_texts(capsys: pytest.CaptureFixture[
 
 
 def test_run_proxy_mode_choices_come_from_the_registry(capsys: pytest.CaptureFixture[str]) -> None:
-    """`run --proxy-mode` offers exactly the registered modes."""
+    """`run --proxy-mode` offers exactly the registered modes that run (a render-only mode is not offered)."""
     with pytest.raises(SystemExit):
         main(["run", "--proxy-mode", "nope"])
-    assert f"(choose from {', '.join(repr(m) for m in MODES)})" in capsys.readouterr().err
+    assert f"(choose from {', '.join(repr(m) for m in run_modes())})" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("flag", ["--min-sync-period", "--sync-period", "--udp-timeout", "--drain-timeout"])
