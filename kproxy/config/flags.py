@@ -33,7 +33,7 @@ RULE_FLAGS = ("--proxy-mode", "--cluster-cidr", "--masquerade-all", "--nodeport-
 #: Flags only the userspace mode uses.
 USERSPACE_ONLY_FLAGS = ("--bind-address", "--loopback-block", "--address-map", "--udp-timeout",
                         "--drain-timeout")
-#: Flags only the kernel modes (iptables, ipvs) use.
+#: Flags only the kernel modes (iptables, nftables, ipvs) use.
 KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
                      "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--kernel",
                      "--ipvs-scheduler")
@@ -53,7 +53,8 @@ _HONOURED = frozenset({
 #: ... and those it honours in the kernel modes only.
 _HONOURED_KERNEL = frozenset({
     "iptables.masqueradeBit", "iptables.masqueradeAll", "iptables.localhostNodePorts", "clusterCIDR",
-    "nodePortAddresses", "ipvs.scheduler", "ipvs.syncPeriod", "ipvs.minSyncPeriod"})
+    "nodePortAddresses", "ipvs.scheduler", "ipvs.syncPeriod", "ipvs.minSyncPeriod", "nftables.syncPeriod",
+    "nftables.minSyncPeriod"})
 #: The groups whose fields are reported one by one.
 _GROUPS = ("clientConnection", "iptables", "ipvs", "nftables", "winkernel", "detectLocal", "conntrack")
 #: component-base's logging defaults (``logs/api/v1``: ``SetRecommendedLoggingConfiguration``),
