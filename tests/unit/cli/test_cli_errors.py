@@ -31,7 +31,7 @@ def test_bad_flag_exits_2_naming_it(
 
 
 def test_proxy_mode_offers_only_the_modes_run_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    """`run --proxy-mode ebpf` (not a mode yet) is refused by the parser (exit 2), listing the modes run runs."""
+    """`run --proxy-mode ebpf` (no such mode yet) is refused by the parser (exit 2), listing run's modes."""
     with pytest.raises(SystemExit) as exc:
         main(["run", "--manifests", "examples/cluster.yaml", "--proxy-mode", "ebpf"])
     assert exc.value.code == 2
