@@ -187,7 +187,21 @@ class Flow:
         if name in ("fib daddr type", "fib saddr type"):
             addr = self.dst if name == "fib daddr type" else self.src
             return _FIB[self.node.address_type(self.version, addr).lower()]
+        if name.startswith("fib saddr") and name.endswith("iif oif"):
+            return self._reverse_path()
         raise AssertionError(f"selector {name!r} without a value")  # pragma: no cover
+
+    def _reverse_path(self) -> int | None:
+        """``fib saddr . iif oif``: 1 (``exists``) when the route back to the source leaves by the
+        input interface, else 0 (``missing``); as ``nft_fib4_eval``/``nft_fib6_eval``: a packet
+        that came in on loopback finds its interface, a local or unroutable source finds none.
+        No value where there is no input interface (the output hook)."""
+        if self.iif is None:
+            return None
+        if self.iif == "lo":
+            return 1
+        route = self.node.route(self.version, self.src)
+        return 1 if route.kind == "unicast" and route.device == self.iif else 0
 
     def key(self, lhs: tuple[str, ...]) -> tuple[int, ...] | None:
         out = []
@@ -261,7 +275,7 @@ def _match(flow: Flow, table: Table, st: ex.Match) -> bool:
                       "lookup:hit" if hit else "lookup:miss", "")
         return hit != st.negate
     kinds = tuple(ex.SELECTORS[n] for n in st.lhs)
-    if len(kinds) == 1 and kinds[0] in ("ct_state", "ct_status", "fib_type"):
+    if len(kinds) == 1 and kinds[0] in ("ct_state", "ct_status", "fib_type", "fib_oif"):
         return _flags_match(kinds[0], values[0], st.values[0][0][0], st.negate)
     hit = any(_in(values, key) for key in st.values)
     return hit != st.negate
