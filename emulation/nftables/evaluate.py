@@ -40,6 +40,8 @@ class Flow:
     """A packet's mutable state on its way through the hooks (internal to the model)."""
 
     __slots__ = (
+        "chain",
+        "chain_line",
         "choose",
         "counted",
         "ct_status",
@@ -105,6 +107,10 @@ class Flow:
         self.counted: list[tuple[Family, str, int]] = []
         self.elem_counted: list[tuple[Family, str, str, tuple[Key, ...]]] = []
         self.hook = ""
+        #: The chain whose rule runs now (set and map lookups and numgen draws are traced in it).
+        self.chain = ""
+        #: The input line of the rule running now (0 when unknown).
+        self.chain_line = 0
         self.ctstate = _CT_BITS["new"]
         self.ct_status = 0
         self.ctmark = 0
@@ -181,7 +187,21 @@ class Flow:
         if name in ("fib daddr type", "fib saddr type"):
             addr = self.dst if name == "fib daddr type" else self.src
             return _FIB[self.node.address_type(self.version, addr).lower()]
+        if name.startswith("fib saddr") and name.endswith("iif oif"):
+            return self._reverse_path()
         raise AssertionError(f"selector {name!r} without a value")  # pragma: no cover
+
+    def _reverse_path(self) -> int | None:
+        """``fib saddr . iif oif``: 1 (``exists``) when the route back to the source leaves by the
+        input interface, else 0 (``missing``); as ``nft_fib4_eval``/``nft_fib6_eval``: a packet
+        that came in on loopback finds its interface, a local or unroutable source finds none.
+        No value where there is no input interface (the output hook)."""
+        if self.iif is None:
+            return None
+        if self.iif == "lo":
+            return 1
+        route = self.node.route(self.version, self.src)
+        return 1 if route.kind == "unicast" and route.device == self.iif else 0
 
     def key(self, lhs: tuple[str, ...]) -> tuple[int, ...] | None:
         out = []
@@ -251,10 +271,11 @@ def _match(flow: Flow, table: Table, st: ex.Match) -> bool:
     if st.set_name is not None:
         hit = _set_has(flow, table, table.sets[st.set_name], values)
         if flow.tracing:
-            flow.step(table, "", 0, 0, f"@{st.set_name}", "lookup:hit" if hit else "lookup:miss", "")
+            flow.step(table, flow.chain, 0, flow.chain_line, f"{' . '.join(st.lhs)} @{st.set_name}",
+                      "lookup:hit" if hit else "lookup:miss", "")
         return hit != st.negate
     kinds = tuple(ex.SELECTORS[n] for n in st.lhs)
-    if len(kinds) == 1 and kinds[0] in ("ct_state", "ct_status", "fib_type"):
+    if len(kinds) == 1 and kinds[0] in ("ct_state", "ct_status", "fib_type", "fib_oif"):
         return _flags_match(kinds[0], values[0], st.values[0][0][0], st.negate)
     hit = any(_in(values, key) for key in st.values)
     return hit != st.negate
@@ -278,10 +299,10 @@ def _rule(flow: Flow, table: Table, rule: Rule) -> Verdict | None:
                 if flow.tracing:
                     flow.step(
                         table,
-                        "",
+                        flow.chain,
                         0,
-                        0,
-                        f"vmap @{st.set_name}",
+                        flow.chain_line,
+                        f"{' . '.join(st.lhs)} vmap @{st.set_name}",
                         "lookup:hit" if got else "lookup:miss",
                         str(got or ""),
                     )
@@ -293,6 +314,9 @@ def _rule(flow: Flow, table: Table, rule: Rule) -> Verdict | None:
         elif isinstance(st, ex.Numgen):
             n = flow.choose(st.mod) + st.offset
             got = next((v for k, v in st.entries if k == n), None)
+            if flow.tracing:
+                text = f"numgen random mod {st.mod} = {n}"
+                flow.step(table, flow.chain, 0, flow.chain_line, text, "numgen", str(got or ""))
             if got is None:
                 return None
             return got
@@ -333,6 +357,8 @@ def _rule(flow: Flow, table: Table, rule: Rule) -> Verdict | None:
                 )
         else:
             flow.uncertain = True
+            if flow.tracing:
+                flow.step(table, flow.chain, 0, rule.line, format_rule(rule), "unknown", "")
             return None
     return None
 
@@ -379,6 +405,7 @@ def _walk(flow: Flow, table: Table, chain: Chain, depth: int) -> Verdict | None:
     if depth > MAX_DEPTH:
         raise ValueError(f"chain {chain.name}: jump stack deeper than {MAX_DEPTH} (a loop?)")
     for index, rule in enumerate(chain.rules, start=1):
+        flow.chain, flow.chain_line = chain.name, rule.line
         got = _rule(flow, table, rule)
         if flow.tracing:
             flow.step(

@@ -63,6 +63,8 @@ SELECTORS: dict[str, str] = {
     "ct mark": "mark",
     "fib daddr type": "fib_type",
     "fib saddr type": "fib_type",
+    "fib saddr . iif oif": "fib_oif",
+    "fib saddr . mark . iif oif": "fib_oif",
 } | {f"{p} {d}": "inet_service" for p in ("tcp", "udp", "sctp") for d in ("sport", "dport")}
 _ALIASES = {
     "mark": "meta mark",
@@ -94,7 +96,9 @@ FIB_TYPES: dict[str, int] = {
     "unreachable": 7,
     "prohibit": 8,
 }
-_FLAG_TYPES = {"ct_state": CT_STATES, "ct_status": CT_STATUS, "fib_type": FIB_TYPES}
+#: ``fib ... oif`` compared with ``missing`` (no route back out of the input interface) or ``exists``.
+FIB_OIF: dict[str, int] = {"missing": 0, "exists": 1}
+_FLAG_TYPES = {"ct_state": CT_STATES, "ct_status": CT_STATUS, "fib_type": FIB_TYPES, "fib_oif": FIB_OIF}
 _VERDICT_WORDS = {k.value for k in VerdictKind}
 _MASK_OPS = {"&": "&", "and": "&", "|": "|", "or": "|", "^": "^", "xor": "^"}
 
@@ -215,7 +219,7 @@ def format_value(kind: str, key: Key) -> str:
     flags = _FLAG_TYPES.get(kind)
     if flags is None:
         return format_key(kind, key)
-    if kind == "fib_type":
+    if kind in ("fib_type", "fib_oif"):
         return next((n for n, v in flags.items() if v == key[0]), str(key[0]))
     return ",".join(n for n, v in flags.items() if key[0] & v) or "0x0"
 

@@ -62,7 +62,8 @@ class Stream:
 
 
 def _selector(s: Stream) -> str | None:
-    for width in (3, 2, 1):
+    # 7 and 5 words: the reverse-path lookups ``fib saddr . mark . iif oif``, ``fib saddr . iif oif``.
+    for width in (7, 5, 3, 2, 1):
         words = " ".join(s.peek(k) for k in range(width))
         name = _ALIASES.get(words, words)
         if name in SELECTORS:

@@ -157,7 +157,7 @@ def parse_key(kind: str, text: str) -> Key:
         raise InputError(f"unknown data type {kind!r}; known: {', '.join(TYPE_BITS)}")
     if kind in ("ipv4_addr", "ipv6_addr"):
         return _address_key(kind, text)
-    if kind != "ifname" and "-" in text[1:]:
+    if kind != "ifname" and "-" in text[1:] and not (kind == "inet_proto" and text in _PROTO_NUMBERS):
         lo, _, hi = text.partition("-")
         low, high = _scalar(kind, lo), _scalar(kind, hi)
         if high < low:

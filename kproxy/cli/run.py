@@ -49,8 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                    mode_help=f"the proxy mode ({summaries})")
     add_node_flags(parser, node_ip_help="; iptables and ipvs modes: NodePorts and masquerade use it")
     parser.add_argument("--kernel", default=_HIDE, choices=("emulated", "linux"),
-                        help="iptables and ipvs modes: program an emulated node (default) or, as root, "
-                             "this netns")
+                        help="iptables, nftables and ipvs modes: program an emulated node (default) or, "
+                             "as root, this netns")
     parser.add_argument("--cleanup", action="store_true", default=False,
                         help="as kube-proxy's --cleanup: remove the iptables and ipvs modes' rules, "
                              "virtual servers, ipsets and addresses from this network namespace (IPv4 and "

@@ -2,8 +2,9 @@
 
 Parsing and printing only. The node's rules come either from manifests (rendered as ``kproxy
 render`` would and loaded into an emulated node with kube-proxy's jump rules) or from a node's
-dumps (``--iptables-save FILE``; ``--ipvs-dump FILE [--ipset-save FILE] [--iptables-save FILE]``),
-all built by :mod:`kproxy.trace.build`, and the packet goes through :mod:`kproxy.trace`. The
+dumps (``--iptables-save FILE``; ``--ipvs-dump FILE [--ipset-save FILE] [--iptables-save FILE]``;
+``--nft-ruleset FILE``, a node's ``nft list ruleset``), built by :mod:`kproxy.trace.build` and
+:mod:`kproxy.trace.nftables`, and the packet goes through :mod:`kproxy.trace`. The
 output says which node address of the packet's family the trace used (``node_ips``), and whether
 it was the placeholder because no ``--node-ip`` of that family was given (``node_ip_placeholder``).
 ipvs-only flags (``--ipvs-scheduler``, ``--connections``) in iptables mode are ignored with a
@@ -47,6 +48,7 @@ from kproxy.trace.build import (
 )
 from kproxy.trace.ipvs import node_from_dumps, trace_ipvs
 from kproxy.trace.netfilter import TraceResult, format_trace, make_packet, parse_host_port, trace_packet
+from kproxy.trace.nftables import netns_from_ruleset, nftables_netns, trace_nftables
 
 __all__ = ["add_parser", "node_addresses", "run", "trace_from_args"]
 
@@ -60,7 +62,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     parser = sub.add_parser(
         "trace", help="follow one packet through the node's rules",
         description="Follow one packet through the rules kproxy would program (--manifests) or a "
-                    "node's iptables-save dump (--iptables-save), and print the verdict, the "
+                    "node's iptables-save dump (--iptables-save), ipvsadm dump (--ipvs-dump) or nft "
+                    "list ruleset output (--nft-ruleset), and print the verdict, the "
                     "endpoints it may reach with their probabilities, whether it is masqueraded, "
                     "and every rule it matched.")
     add_manifests_flag(parser, required=False)
@@ -80,6 +83,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                              "run's own rules, node and conntrack state are used")
     parser.add_argument("--ipset-save", default=None, metavar="FILE",
                         help="with --ipvs-dump: the node's ipset save output")
+    parser.add_argument("--nft-ruleset", default=None, metavar="FILE",
+                        help="a node's `nft list ruleset` output (every table: kube-proxy's and any "
+                             "other component's), instead of --manifests; implies --proxy-mode nftables")
     parser.add_argument("--connections", type=int, default=None, metavar="N",
                         help="ipvs: simulate N new connections from the source (source ports counting "
                              "up) and report each endpoint's share (default 1; ignored with a warning in "
@@ -96,12 +102,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 def _check_sources(args: argparse.Namespace, config: RunConfig) -> str:
     """Refuse a combination of rule sources and ``--proxy-mode`` that means nothing; return the mode.
 
-    Accepted: ``--manifests`` (either mode, default iptables); ``--iptables-save`` alone
+    Accepted: ``--manifests`` (any traced mode, default iptables); ``--iptables-save`` alone
     (iptables mode); ``--ipvs-dump`` with optional ``--ipset-save`` and ``--iptables-save`` (the
-    node's remaining iptables rules; ipvs mode, implied).
+    node's remaining iptables rules; ipvs mode, implied); ``--nft-ruleset`` alone (nftables
+    mode, implied).
     """
     mode = config.proxy_mode if "--proxy-mode" in config.given else None
     manifests = bool(config.source.manifests)
+    if args.nft_ruleset:
+        sources = (("--manifests", manifests), ("--iptables-save", args.iptables_save),
+                   ("--ipvs-dump", args.ipvs_dump), ("--ipset-save", args.ipset_save))
+        others = [flag for flag, given in sources if given]
+        if others:
+            raise ConfigError(f"--nft-ruleset FILE is a whole node's nftables ruleset: give it alone, "
+                              f"without {', '.join(others)}")
+        if mode not in (None, "nftables"):
+            raise ConfigError(f"--nft-ruleset FILE is an nftables node's ruleset and implies --proxy-mode "
+                              f"nftables: drop --proxy-mode {mode}")
+        return "nftables"
     if args.ipvs_dump and manifests:
         raise ConfigError("give either --manifests PATH... or --ipvs-dump FILE, not both")
     if args.ipset_save and not args.ipvs_dump:
@@ -126,14 +144,17 @@ def _warn_unused(args: argparse.Namespace, config: RunConfig, mode: str) -> None
     ipvs_only = flags_in(config.given, ("--ipvs-scheduler",))
     if args.connections is not None:
         ipvs_only.append("--connections")
-    if mode == "iptables":
-        warn_ignored(ipvs_only, only="--proxy-mode ipvs", why="ignored in iptables mode")
+    if mode in ("iptables", "nftables"):
+        warn_ignored(ipvs_only, only="--proxy-mode ipvs", why=f"ignored in {mode} mode")
     why = "{} is a node's dump, which already holds the rules they would shape"
     if args.ipvs_dump:
         warn_ignored(flags_in(config.given, (*_RENDER_FLAGS, "--ipvs-scheduler")),
                      why=why.format("--ipvs-dump FILE"))
     elif args.iptables_save:
         warn_ignored(flags_in(config.given, _RENDER_FLAGS), why=why.format("--iptables-save FILE"))
+    elif args.nft_ruleset:
+        warn_ignored(flags_in(config.given, (*_RENDER_FLAGS, "--ipvs-scheduler")),
+                     why=why.format("--nft-ruleset FILE"))
 
 
 def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
@@ -160,6 +181,12 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
                                       iptables_text=read_text(args.iptables_save, "--iptables-save")
                                       if args.iptables_save else None)
         return trace_ipvs(node, packet, connections=connections, notes=notes)
+    if args.nft_ruleset:
+        text = read_text(args.nft_ruleset, "--nft-ruleset")
+        read = ("read from a node's nft list ruleset: every table of the packet's family runs at its "
+                "hooks in priority order",)
+        return trace_nftables(netns_from_ruleset(text, node_ips, source=f"--nft-ruleset {args.nft_ruleset}"),
+                              packet, notes=read)
     if args.iptables_save:
         netns = netns_from_dump(args.iptables_save, packet.version, node_ips)
         try:
@@ -173,6 +200,9 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
     if mode == "ipvs":
         return trace_ipvs(ipvs_node(config, snapshot, family), packet, connections=connections,
                           zero_builtin_lines=True)
+    if mode == "nftables":
+        return trace_nftables(nftables_netns(config, snapshot, family), packet,
+                              notes=("lines are those of `kproxy render --proxy-mode nftables`",))
     return trace_packet(iptables_netns(config, snapshot, family), packet, zero_builtin_lines=True)
 
 

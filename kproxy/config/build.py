@@ -111,7 +111,7 @@ def build_run_config(
         raise InvalidArgument(f"build_run_config: unknown flags {unknown}; known: {sorted(RUN_FLAGS)}")
     file = load_configuration(given["--config"]) if given.get("--config") else default_configuration()
     mode = _proxy_mode(given, file, command, tuple(modes), default_mode)
-    kernel_mode = mode in ("iptables", "ipvs")
+    kernel_mode = mode in ("iptables", "ipvs", "nftables")
     userspace = _userspace(given, check=command is Command.RUN and mode == "userspace")
     unhonoured: tuple[str, ...] = ()
     if command is Command.RUN and given.get("--config"):
@@ -226,7 +226,7 @@ def _rules(given: Given, file: KubeProxyConfiguration, mode: str) -> RuleSetting
 
 
 def _sync(given: Given, file: KubeProxyConfiguration, mode: str) -> SyncSettings:
-    table = "ipvs" if mode == "ipvs" else "iptables"
+    table = mode if mode in ("ipvs", "nftables") else "iptables"
     periods: list[tuple[float, str, str]] = []
     for flag, key, default in (("--min-sync-period", "minSyncPeriod", DEFAULT_MIN_SYNC_PERIOD_S),
                                ("--sync-period", "syncPeriod", DEFAULT_SYNC_PERIOD_S)):
@@ -323,5 +323,7 @@ def _ignored(given: Given, command: Command, mode: str) -> tuple[str, ...]:
     if mode == "userspace":
         unused: tuple[str, ...] = KERNEL_ONLY_FLAGS
     else:
-        unused = USERSPACE_ONLY_FLAGS + (IPVS_ONLY_FLAGS if mode == "iptables" else ())
+        unused = USERSPACE_ONLY_FLAGS + (IPVS_ONLY_FLAGS if mode != "ipvs" else ())
+        if mode == "nftables":  # KEP-3866: the nftables proxier has no localhost NodePorts
+            unused += ("--iptables-localhost-nodeports",)
     return tuple(flag for flag in unused if flag in given)

@@ -31,13 +31,13 @@ NODE_FLAGS = ("--hostname-override", "--node-ip", "--node-zone", "--ip-families"
 #: kube-proxy's flags that shape the rules (``render``, ``trace``, ``verify`` and ``run``).
 RULE_FLAGS = ("--proxy-mode", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
               "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler")
-#: Flags only the userspace mode uses.
 #: The userspace connection caps (``UserspaceSettings.max_*``).
 CAP_FLAGS = ("--max-connections", "--max-connections-per-service", "--max-udp-sessions",
              "--max-udp-sessions-per-service")
+#: Flags only the userspace mode uses.
 USERSPACE_ONLY_FLAGS = ("--bind-address", "--loopback-block", "--address-map", "--udp-timeout",
                         "--drain-timeout", *CAP_FLAGS)
-#: Flags only the kernel modes (iptables, ipvs) use.
+#: Flags only the kernel modes (iptables, nftables, ipvs) use.
 KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
                      "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--kernel",
                      "--ipvs-scheduler")
@@ -57,7 +57,8 @@ _HONOURED = frozenset({
 #: ... and those it honours in the kernel modes only.
 _HONOURED_KERNEL = frozenset({
     "iptables.masqueradeBit", "iptables.masqueradeAll", "iptables.localhostNodePorts", "clusterCIDR",
-    "nodePortAddresses", "ipvs.scheduler", "ipvs.syncPeriod", "ipvs.minSyncPeriod"})
+    "nodePortAddresses", "ipvs.scheduler", "ipvs.syncPeriod", "ipvs.minSyncPeriod", "nftables.syncPeriod",
+    "nftables.minSyncPeriod"})
 #: The groups whose fields are reported one by one.
 _GROUPS = ("clientConnection", "iptables", "ipvs", "nftables", "winkernel", "detectLocal", "conntrack")
 #: component-base's logging defaults (``logs/api/v1``: ``SetRecommendedLoggingConfiguration``),

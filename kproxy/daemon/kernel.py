@@ -1,4 +1,4 @@
-"""Run a kernel mode against a kernel until stopped (``kproxy run --proxy-mode iptables|ipvs``).
+"""Run a kernel mode against a kernel until stopped (``kproxy run --proxy-mode iptables|nftables|ipvs``).
 
 One mode per proxied IP family (kube-proxy runs one proxier per family), each with its own
 kernel: emulated (``--kernel emulated``, the default, rootless: a fresh emulated node of the
@@ -24,13 +24,24 @@ from kproxy.config.run import RunConfig
 from kproxy.daemon.debug import KernelDebug
 from kproxy.daemon.engine import build_engine, run_until_stopped
 from kproxy.errors import ConfigError, KernelError
-from kproxy.kernel import EmulatedIpvs, EmulatedNetfilter, IpvsNode, LinuxIpvs, LinuxNetfilter, trace_node
+from kproxy.kernel import (
+    EmulatedIpvs,
+    EmulatedNetfilter,
+    IpvsNode,
+    LinuxIpvs,
+    LinuxNetfilter,
+    LinuxNftables,
+    emulated_nftables,
+    trace_node,
+)
 from kproxy.model import IPFamily, NodeConfig
 from kproxy.modes.iptables import IptablesConfig, IptablesMode
 from kproxy.modes.iptables.cleanup import cleanup as cleanup_iptables
 from kproxy.modes.ipvs import IpvsConfig
 from kproxy.modes.ipvs.cleanup import cleanup as cleanup_ipvs
 from kproxy.modes.ipvs.mode import IpvsMode
+from kproxy.modes.nftables import NftablesConfig, NftablesMode
+from kproxy.modes.nftables.settings import nftables_config
 from kproxy.observability.server import ObservabilityOptions
 from kproxy.sources.base import Source
 from kproxy.sync.engine import Consumer
@@ -38,7 +49,8 @@ from kproxy.sync.engine import Consumer
 if TYPE_CHECKING:
     from kproxy.sources.kube import NodeWatch
 
-__all__ = ["KERNELS", "KernelRunOptions", "build_modes", "cleanup_kernel", "serve_kernel_mode", "serve_modes"]
+__all__ = ["KERNELS", "KernelModes", "KernelRunOptions", "build_modes", "cleanup_kernel", "serve_kernel_mode",
+           "serve_modes"]
 
 #: The values of ``--kernel``.
 KERNELS = ("emulated", "linux")
@@ -51,10 +63,11 @@ class KernelRunOptions:
     """How ``kproxy run`` runs a kernel mode.
 
     Attributes:
-        mode: ``iptables`` or ``ipvs``.
+        mode: ``iptables``, ``nftables`` or ``ipvs``.
         iptables: the iptables settings (its ``family`` is replaced per proxied family); the
             ipvs mode masquerades with them too.
         ipvs: the ipvs settings (``mode == "ipvs"``).
+        nftables: the nftables settings (``mode == "nftables"``; ``family`` replaced per family).
         kernel: ``emulated`` or ``linux``.
         min_sync_period_s, sync_period_s: the bounded-frequency runner's bounds, in seconds.
 
@@ -65,29 +78,33 @@ class KernelRunOptions:
     mode: str = "iptables"
     iptables: IptablesConfig
     ipvs: IpvsConfig | None = None
+    nftables: NftablesConfig | None = None
     kernel: str = "emulated"
     min_sync_period_s: float = DEFAULT_MIN_SYNC_PERIOD_S
     sync_period_s: float = DEFAULT_SYNC_PERIOD_S
 
     @classmethod
     def from_run(cls, run: RunConfig) -> KernelRunOptions:
-        """The kernel-mode view of a run configuration (``--proxy-mode iptables|ipvs``).
+        """The kernel-mode view of a run configuration (``--proxy-mode iptables|nftables|ipvs``).
 
         Raises:
             ConfigError: the configuration's mode is not a kernel mode.
         """
         ipvs = IpvsConfig.from_run(run) if run.proxy_mode == "ipvs" else None
-        return cls(mode=run.proxy_mode, iptables=IptablesConfig.from_run(run), ipvs=ipvs,
+        nft = nftables_config(run) if run.proxy_mode == "nftables" else None
+        return cls(mode=run.proxy_mode, iptables=IptablesConfig.from_run(run), ipvs=ipvs, nftables=nft,
                    kernel=str(run.rules.kernel), min_sync_period_s=run.sync.min_sync_period_s,
                    sync_period_s=run.sync.sync_period_s)
 
     def __post_init__(self) -> None:
         if self.kernel not in KERNELS:
             raise ConfigError(f"--kernel: expected one of {', '.join(KERNELS)}, got {self.kernel!r}")
-        if self.mode not in ("iptables", "ipvs"):
-            raise ConfigError(f"--proxy-mode: {self.mode!r} is not a kernel mode (iptables, ipvs)")
+        if self.mode not in ("iptables", "nftables", "ipvs"):
+            raise ConfigError(f"--proxy-mode: {self.mode!r} is not a kernel mode (iptables, nftables, ipvs)")
         if self.mode == "ipvs" and self.ipvs is None:
             raise ConfigError("the ipvs mode needs its settings (KernelRunOptions.ipvs)")
+        if self.mode == "nftables" and self.nftables is None:
+            raise ConfigError("the nftables mode needs its settings (KernelRunOptions.nftables)")
 
 
 def _iptables_mode(options: KernelRunOptions, family: IPFamily) -> IptablesMode:
@@ -108,24 +125,40 @@ def _ipvs_mode(options: KernelRunOptions, family: IPFamily) -> IpvsMode:
     return IpvsMode(config, EmulatedIpvs(node), now=time.monotonic)
 
 
-def build_modes(node: NodeConfig, options: KernelRunOptions) -> list[IptablesMode] | list[IpvsMode]:
+def _nftables_mode(options: KernelRunOptions, family: IPFamily) -> NftablesMode:
+    """kube-proxy's nftables proxier for ``family``: ``nft -f`` here (linux) or a fresh emulated
+    namespace of the node IPs (emulated), as ``NewProxier`` makes one table per family."""
+    assert options.nftables is not None
+    config = options.nftables.for_family(family)
+    if options.kernel == "linux":
+        return NftablesMode(config, LinuxNftables(family), now=time.monotonic)
+    return NftablesMode(config, emulated_nftables(config.node_ips, family), now=time.monotonic)
+
+
+_TOOLS = {"iptables": "iptables-restore", "nftables": "nft -f", "ipvs": "ipvsadm, ipset and iptables-restore"}
+KernelModes = list[IptablesMode] | list[IpvsMode] | list[NftablesMode]
+
+
+def build_modes(node: NodeConfig, options: KernelRunOptions) -> KernelModes:
     """One mode per family of ``node.ip_families``, each with a fresh kernel.
 
     Raises:
         ConfigError: ``linux`` without root.
     """
     if options.kernel == "linux" and os.geteuid() != 0:
-        tools = "iptables-restore" if options.mode == "iptables" else "ipvsadm, ipset and iptables-restore"
-        raise ConfigError(f"--kernel linux needs root (it runs {tools}); use --kernel emulated")
+        raise ConfigError(f"--kernel linux needs root (it runs {_TOOLS[options.mode]}); "
+                          "use --kernel emulated")
     if options.mode == "ipvs":
         return [_ipvs_mode(options, family) for family in node.ip_families]
+    if options.mode == "nftables":
+        return [_nftables_mode(options, family) for family in node.ip_families]
     return [_iptables_mode(options, family) for family in node.ip_families]
 
 
 async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRunOptions, stop: asyncio.Event,
                             observability: ObservabilityOptions | None = None, *,
                             node_watch: NodeWatch | None = None,
-                            follow_zone: bool = True) -> list[IptablesMode] | list[IpvsMode]:
+                            follow_zone: bool = True) -> KernelModes:
     """Keep the chosen kernel in sync with ``source`` until ``stop`` is set; return the modes.
 
     With ``observability``, ``/healthz``, ``/livez``, ``/metrics`` (sync metrics of the modes'
@@ -141,7 +174,7 @@ async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRun
     return modes
 
 
-async def serve_modes(modes: list[IptablesMode] | list[IpvsMode], source: Source, node: NodeConfig,
+async def serve_modes(modes: KernelModes, source: Source, node: NodeConfig,
                       options: KernelRunOptions, stop: asyncio.Event,
                       observability: ObservabilityOptions | None = None, *,
                       node_watch: NodeWatch | None = None, follow_zone: bool = True) -> None:

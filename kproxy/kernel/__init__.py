@@ -4,8 +4,8 @@
   :class:`emulation.netfilter.Netns`, :class:`LinuxNetfilter` running the tools as root.
 - :class:`IpvsKernel` (IPVS, its ipsets, ``kube-ipvs0``): :class:`EmulatedIpvs` over an
   :class:`IpvsNode`, :class:`LinuxIpvs` running ``ipvsadm``, ``ipset`` and ``ip`` as root.
-- :class:`NftablesKernel` (the ``kube-proxy`` nftables table): :class:`LinuxNftables` running
-  ``nft -f`` as root (no emulated twin yet).
+- :class:`NftablesKernel` (the ``kube-proxy`` nftables table): :class:`EmulatedNftables` over an
+  :class:`emulation.nftables.Netns`, :class:`LinuxNftables` running ``nft -f`` as root.
 - :func:`trace_node`: the one-interface node model used when only the node IPs are known.
 
 What to call, in which order, is the modes' business (:mod:`kproxy.modes`), never a kernel's.
@@ -13,6 +13,7 @@ What to call, in which order, is the modes' business (:mod:`kproxy.modes`), neve
 
 from kproxy.kernel.conntrack import ConntrackFilter, stale_conntrack_filters
 from kproxy.kernel.emulated import EmulatedNetfilter, run_now
+from kproxy.kernel.emulated_nftables import EmulatedNftables, emulated_nftables
 from kproxy.kernel.ipvs import EmulatedIpvs, IpvsKernel, RealServerInfo, VirtualServerInfo
 from kproxy.kernel.ipvs_node import IpvsNode
 from kproxy.kernel.linux import LinuxNetfilter
@@ -27,6 +28,7 @@ __all__ = [
     "ConntrackFilter",
     "EmulatedIpvs",
     "EmulatedNetfilter",
+    "EmulatedNftables",
     "IpvsKernel",
     "IpvsNode",
     "LinuxIpvs",
@@ -36,6 +38,7 @@ __all__ = [
     "NftablesKernel",
     "RealServerInfo",
     "VirtualServerInfo",
+    "emulated_nftables",
     "run_now",
     "stale_conntrack_filters",
     "trace_node",

@@ -29,8 +29,7 @@ class ModeInfo:
         kernel: it programs a kernel through :mod:`kproxy.kernel` (``--kernel emulated|linux``).
         renders: ``kproxy render`` prints its programme.
         summary: one line for ``--help``.
-        runs: ``kproxy run`` runs it, and ``trace``/``verify`` follow packets through it (the
-            nftables mode renders only, for now: its kernel model and consumer are not wired).
+        runs: ``kproxy run`` runs it, and ``trace``/``verify`` follow packets through it.
     """
 
     name: str
@@ -49,7 +48,7 @@ MODES: dict[str, ModeInfo] = {
         ModeInfo(name="iptables", package="kproxy.modes.iptables", kernel=True, renders=True,
                  summary="kube-proxy's iptables rules"),
         ModeInfo(name="nftables", package="kproxy.modes.nftables", kernel=True, renders=True,
-                 summary="kube-proxy's nftables table (sets and verdict maps; render only)", runs=False),
+                 summary="kube-proxy's nftables table (sets and verdict maps)"),
         ModeInfo(name="ipvs", package="kproxy.modes.ipvs", kernel=True, renders=True,
                  summary="kube-proxy's IPVS virtual servers, ipsets and iptables rules"),
     )

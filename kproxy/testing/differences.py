@@ -11,10 +11,29 @@ name                                              deviates   what happens
 ================================================  =========  ==============================================
 ``clusterip-unknown-port``                        userspace  A ClusterIP on a port (or protocol) no service
                                                   ipvs       port uses: iptables has no rule, so the packet
-                                                             is routed on unchanged; the userspace mode has
+                                                  nftables   is routed on unchanged; the userspace mode has
                                                              no listener there, so the connection is
                                                              refused; ipvs binds the ClusterIP on
-                                                             kube-ipvs0 and KUBE-IPVS-FILTER rejects it.
+                                                             kube-ipvs0 and KUBE-IPVS-FILTER rejects it;
+                                                             nftables' ``cluster-ips-check`` rejects it.
+``nftables-no-localhost-nodeports``               nftables   A NodePort on 127.0.0.1 / ::1: the nftables
+                                                             proxier has no localhost NodePorts (KEP-3866,
+                                                             no route_localnet), so the packet reaches the
+                                                             host untranslated; iptables may DNAT it.
+``nftables-nodeports-on-primary-ip-only``         nftables   A NodePort on a node address other than the
+                                                             family's primary IP, with no
+                                                             ``--nodeport-addresses``: the nftables default
+                                                             is ``primary``, so it is delivered untranslated;
+                                                             iptables accepts NodePorts on every local
+                                                             address.
+``nftables-external-without-endpoints-from-node`` nftables   As the ipvs one: the node sends to an external
+                                                             or LB IP of a port without endpoints; the
+                                                             nftables filter-output chain jumps to
+                                                             service-endpoints-check, which rejects it;
+                                                             iptables routes it out unchanged.
+``nftables-unallocated-clusterip-dropped``        nftables   (with ``--service-cidr``) An address of a
+                                                             service CIDR that is no ClusterIP: nftables
+                                                             DROPs it; iptables routes it on unchanged.
 ``sctp-not-served-by-userspace``                  userspace  An SCTP service port: iptables DNATs it as any
                                                              other; the userspace mode never served SCTP
                                                              (no listener, refused).
@@ -144,7 +163,44 @@ def _answered(outcomes: Mapping[str, Outcome], mode: str, verdict: Verdict, tran
 def _unknown_port(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
     return (bool(_clusterip_ports(cluster, packet)) and _served_port(cluster, packet) is None
             and _answered(outcomes, "userspace", Verdict.REJECT)
-            and _answered(outcomes, "ipvs", Verdict.REJECT))
+            and _answered(outcomes, "ipvs", Verdict.REJECT)
+            and _answered(outcomes, "nftables", Verdict.REJECT))
+
+
+def _is_nodeport(cluster: Cluster, packet: Packet) -> bool:
+    return any(i.node_port == packet.dport and i.protocol is packet.protocol
+               for i in cluster.snapshot if i.family is packet.family)
+
+
+def _nft_localhost_nodeport(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
+    return (packet.dst in ("127.0.0.1", "::1") and _is_nodeport(cluster, packet)
+            and _answered(outcomes, "nftables", Verdict.ACCEPT))
+
+
+def _nft_secondary_nodeport(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
+    node = cluster.node
+    ip = ipaddress.ip_address(packet.dst)
+    primary = node.node_ip(packet.version)
+    secondary = [a for a in node.node_ips if ipaddress.ip_address(a) == ip and a != primary]
+    return (not node.nodeport_addresses and bool(secondary) and _is_nodeport(cluster, packet)
+            and _answered(outcomes, "nftables", Verdict.ACCEPT))
+
+
+def _nft_external_no_endpoints(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
+    info = None if _clusterip_ports(cluster, packet) else _external_port(cluster, packet)
+    return (info is not None and packet.origin is Origin.NODE and not info.has_any_endpoints
+            and packet.dst not in (cluster.node.node_ip(packet.version),)
+            and _answered(outcomes, "iptables", Verdict.ACCEPT)
+            and _answered(outcomes, "nftables", Verdict.REJECT))
+
+
+def _nft_unallocated(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
+    cidrs: tuple[str, ...] = tuple(getattr(cluster.node, "service_cidrs", ()))  # the --service-cidr hook
+    ip = ipaddress.ip_address(packet.dst)
+    inside = any(ip in ipaddress.ip_network(c, strict=False) for c in cidrs
+                 if ipaddress.ip_network(c, strict=False).version == ip.version)
+    return (inside and not _clusterip_ports(cluster, packet) and _external_port(cluster, packet) is None
+            and _answered(outcomes, "nftables", Verdict.DROP))
 
 
 def _sctp(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
@@ -279,10 +335,40 @@ def _ipvs_loopback_real_servers(cluster: Cluster, packet: Packet, outcomes: Mapp
 
 KNOWN_DIFFERENCES: tuple[KnownDifference, ...] = (
     KnownDifference(
-        name="clusterip-unknown-port", modes=frozenset({"userspace", "ipvs"}), applies=_unknown_port,
+        name="clusterip-unknown-port", modes=frozenset({"userspace", "ipvs", "nftables"}),
+        applies=_unknown_port,
         explanation="a ClusterIP on a port or protocol no service port uses: iptables has no rule and "
                     "routes the packet on unchanged; the userspace mode has no listener and refuses it; "
-                    "ipvs binds ClusterIPs on kube-ipvs0 and its KUBE-IPVS-FILTER rejects it"),
+                    "ipvs binds ClusterIPs on kube-ipvs0 and its KUBE-IPVS-FILTER rejects it; the "
+                    "nftables proxier's cluster-ips-check chain rejects it ('Reject traffic to invalid "
+                    "ports of ClusterIPs', pkg/proxy/nftables/proxier.go)"),
+    KnownDifference(
+        name="nftables-no-localhost-nodeports", modes=frozenset({"nftables"}),
+        applies=_nft_localhost_nodeport,
+        explanation="a NodePort on localhost: the nftables proxier matches NodePorts on the nodeport-ips "
+                    "set (or fib daddr type local without loopback) and never sets route_localnet "
+                    "(KEP-3866: no localhost NodePorts), so the packet reaches the host untranslated; "
+                    "the iptables mode may DNAT it (--iptables-localhost-nodeports)"),
+    KnownDifference(
+        name="nftables-nodeports-on-primary-ip-only", modes=frozenset({"nftables"}),
+        applies=_nft_secondary_nodeport,
+        explanation="a NodePort on a node address other than the family's primary IP, without "
+                    "--nodeport-addresses: the nftables proxier's default is 'primary' (kube-proxy 1.31), "
+                    "so only the primary IP is in nodeport-ips and the packet is delivered untranslated; "
+                    "the iptables mode accepts NodePorts on every local address"),
+    KnownDifference(
+        name="nftables-external-without-endpoints-from-node", modes=frozenset({"nftables"}),
+        applies=_nft_external_no_endpoints,
+        explanation="the node sends to an external or LB IP of a port without endpoints: iptables' "
+                    "'has no endpoints' REJECT is in KUBE-EXTERNAL-SERVICES (INPUT and FORWARD only), so "
+                    "the packet is routed out unchanged; the nftables proxier's filter-output chain "
+                    "jumps to service-endpoints-check, whose no-endpoint-services map rejects it"),
+    KnownDifference(
+        name="nftables-unallocated-clusterip-dropped", modes=frozenset({"nftables"}),
+        applies=_nft_unallocated,
+        explanation="with --service-cidr, an address of a service CIDR that is no ClusterIP: the "
+                    "nftables proxier's cluster-ips-check drops it ('Drop traffic to unallocated "
+                    "ClusterIPs'); iptables has no such rule and routes the packet on unchanged"),
     KnownDifference(
         name="sctp-not-served-by-userspace", modes=frozenset({"userspace"}), applies=_sctp,
         explanation="an SCTP service port: iptables DNATs it like TCP and UDP; the userspace mode never "

@@ -18,6 +18,9 @@ at given times) for session-affinity checks. Adapters are registered by name
 - ``iptables-sampled``: the same rules, with the packet *sent* ``samples`` times from fresh
   state with a seeded generator; a check of the emulator's sampling path and of the statistical
   bound used for sampled modes.
+- ``nftables``: kube-proxy's nftables table as the nftables mode programs it on a full sync,
+  in an :class:`emulation.nftables.Netns` (``route_localnet`` off), enumerated as iptables; its
+  documented differences from iptables are in :mod:`kproxy.testing.differences`.
 - ``ipvs``: kube-proxy's IPVS table, ipsets and rules on an emulated node
   (:class:`IpvsAdapter`); the verdict is the first packet's, the distribution and masquerade
   those of simulated new connections (sampled). Registered only when :mod:`kproxy.modes.ipvs`
@@ -28,6 +31,7 @@ at given times) for session-affinity checks. Adapters are registered by name
 from __future__ import annotations
 
 import copy
+import dataclasses
 import random
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Sequence
@@ -35,9 +39,11 @@ from fractions import Fraction
 from typing import Any, Protocol, runtime_checkable
 
 from emulation import ManualClock
+from emulation import nftables as nft
 from emulation.netfilter import Netns, Ruleset
 from kproxy.errors import InvalidArgument
-from kproxy.kernel.emulated import EmulatedNetfilter
+from kproxy.kernel.emulated import EmulatedNetfilter, run_now
+from kproxy.kernel.emulated_nftables import EmulatedNftables
 from kproxy.kernel.ipvs_node import IpvsNode
 from kproxy.model import IPFamily, ServicePortInfo
 from kproxy.model import Protocol as L4Protocol
@@ -45,6 +51,7 @@ from kproxy.modes.iptables import IptablesConfig, IptablesRenderer
 from kproxy.modes.iptables.mode import load_now
 from kproxy.modes.ipvs import IpvsConfig, render
 from kproxy.modes.ipvs.mode import IpvsMode
+from kproxy.modes.nftables import NftablesConfig, NftablesMode
 from kproxy.modes.userspace import RoundRobinBalancer
 from kproxy.testing.cluster import Cluster, Packet, emulated_node
 from kproxy.testing.outcome import EndpointShares, Outcome, Verdict
@@ -58,6 +65,7 @@ __all__ = [
     "IptablesSampledAdapter",
     "IpvsAdapter",
     "ModeAdapter",
+    "NftablesAdapter",
     "UserspaceAdapter",
     "available_modes",
     "get_mode",
@@ -66,7 +74,7 @@ __all__ = [
 ]
 
 #: The modes checked when none are named.
-DEFAULT_MODES: tuple[str, ...] = ("userspace", "iptables", "ipvs")
+DEFAULT_MODES: tuple[str, ...] = ("userspace", "iptables", "nftables", "ipvs")
 
 
 @runtime_checkable
@@ -359,9 +367,43 @@ class DumpAdapter(IptablesAdapter):
         return Netns(emulated_node(cluster.node), clock or ManualClock(), ruleset=self.ruleset)
 
 
+_nft_rulesets: OrderedDict[tuple[str, IPFamily], nft.Ruleset] = OrderedDict()
+
+
+class NftablesAdapter(IptablesAdapter):
+    """The nftables mode in the emulator, every outcome enumerated as for iptables (module docstring).
+
+    The settings are the node's (``--nodeport-addresses`` empty: kube-proxy's nftables default,
+    ``primary``; ``service_cidrs`` when the node spec has them, for the DROP of unallocated
+    ClusterIPs).
+    """
+
+    name = "nftables"
+
+    def netns(self, cluster: Cluster, family: IPFamily, clock: ManualClock | None = None) -> Any:
+        """A fresh emulated nftables node holding a full sync of ``cluster`` (rulesets cached)."""
+        node = dataclasses.replace(emulated_node(cluster.node), route_localnet=False)
+        key = (cluster.fingerprint, family)
+        held = _nft_rulesets.get(key)
+        if held is None:
+            spec = cluster.node
+            config = NftablesConfig.from_run(
+                family=family, node_ips=spec.node_ips, cluster_cidr=spec.cluster_cidrs,
+                masquerade_all=spec.masquerade_all, nodeport_addresses=spec.nodeport_addresses,
+                service_cidr=tuple(getattr(spec, "service_cidrs", ())))
+            built = nft.Netns(node, ManualClock())
+            run_now(NftablesMode(config, EmulatedNftables(built, family), now=lambda: 0.0, history=0)
+                    .apply(cluster.snapshot))
+            held = _nft_rulesets[key] = built.ruleset
+            while len(_nft_rulesets) > _CACHE_SIZE:
+                _nft_rulesets.popitem(last=False)
+        return nft.Netns(node, clock or ManualClock(), ruleset=held)
+
+
 register_mode("userspace", UserspaceAdapter)
 register_mode("iptables", IptablesAdapter)
 register_mode("iptables-sampled", IptablesSampledAdapter)
+register_mode("nftables", NftablesAdapter)
 
 
 #: Longer than any IPVS connection entry the adapter creates lives (TCP SYN_RECV, UDP: 300 s), so a

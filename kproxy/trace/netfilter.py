@@ -82,7 +82,9 @@ class TraceLine:
         line: its line in the input (the restore text or the dump), 0 when it has none (a
             policy, or a jump rule kube-proxy installs with ``iptables -I``).
         result: ``match``, ``unknown`` (a match or a target the emulator does not model, so
-            what the packet did there is uncertain) or ``policy``.
+            what the packet did there is uncertain) or ``policy``; in an nftables trace also
+            ``lookup:hit``/``lookup:miss`` (a named set or map lookup) and ``numgen`` (one branch
+            of ``numgen random mod N``, its value in ``rule``).
         target: what it did (the jump target, verdict, or ``""``).
     """
 
@@ -93,6 +95,9 @@ class TraceLine:
     line: int
     result: str
     target: str
+    probability: float | None = None
+    """nftables traces: the probability that the packet meets this step (the summed
+    probabilities of the outcomes whose path holds it); None in other traces."""
 
     @property
     def unknown(self) -> bool:
@@ -115,6 +120,8 @@ class TraceResult:
             ``real_server`` say what IPVS used (``TCP 10.96.0.10:53``, ``10.0.0.5:53``; None
             when it matched no service or chose none) and ``notes`` what to know about the
             answer (how a dump was read, simulated connections).
+        nftables: traced through nftables (:mod:`kproxy.trace.nftables`): the trace holds set
+            and map lookups and numgen branches, each step with its probability.
     """
 
     packet: Packet
@@ -124,6 +131,7 @@ class TraceResult:
     trace: tuple[TraceLine, ...]
     outcomes: tuple[tuple[float, Outcome], ...]
     ipvs: bool = False
+    nftables: bool = False
     virtual_server: str | None = None
     real_server: str | None = None
     notes: tuple[str, ...] = ()
@@ -132,7 +140,10 @@ class TraceResult:
         """``{"verdict", "endpoints": [{"address", "probability"}], "masquerade", "trace":
         [{"table", "chain", "rule", "line", "unknown"}]}`` (``unknown``: the emulator does not
         model a match or the target of that rule, so the answer is uncertain), plus
-        ``"virtual_server"``, ``"real_server"`` and ``"notes"`` for an IPVS trace."""
+        ``"virtual_server"``, ``"real_server"`` and ``"notes"`` for an IPVS trace, and for an
+        nftables trace ``"hook"``, ``"result"`` (``match``, ``policy``, ``unknown``,
+        ``lookup:hit``, ``lookup:miss``, ``numgen``), ``"target"`` and ``"probability"`` in each
+        trace entry, and ``"notes"``."""
         out: dict[str, Any] = {
             "verdict": self.verdict,
             "endpoints": [{"address": e.address, "probability": e.probability} for e in self.endpoints],
@@ -140,6 +151,10 @@ class TraceResult:
             "trace": [{"table": t.table, "chain": t.chain, "rule": t.rule, "line": t.line,
                        "unknown": t.unknown} for t in self.trace],
         }
+        if self.nftables:
+            for entry, t in zip(out["trace"], self.trace, strict=True):
+                entry.update(hook=t.hook, result=t.result, target=t.target, probability=t.probability)
+            out["notes"] = list(self.notes)
         if self.ipvs:
             out.update(virtual_server=self.virtual_server, real_server=self.real_server,
                        notes=list(self.notes))
@@ -365,9 +380,18 @@ def format_trace(result: TraceResult) -> str:
         flag = "  (uncertain: a match or target the emulator does not model was met)" if o.uncertain else ""
         out.append(f"  p={prob:.10f} {o.verdict:<6} {o.reason}{extra}{flag}")
     out.append("rules matched (hook, table, chain, input line):")
+    if result.nftables:
+        out += [f"note: {n}" for n in result.notes]
     for t in result.trace:
         line = f"line {t.line}" if t.line else "-"
         label = {"match": "", "policy": "policy ", "unknown": "UNKNOWN "}.get(t.result, t.result + " ")
+        if t.probability is not None:
+            label = {"lookup:hit": "hit: ", "lookup:miss": "miss: ", "unknown": "UNKNOWN "}.get(t.result, "")
+            shown = t.target and t.result != "policy" and not t.rule.endswith(t.target)
+            target = f" -> {t.target}" if shown else ""
+            out.append(f"  {t.hook:<11} {t.table:<17} {t.chain:<40} {line:<9} p={t.probability:.4f} "
+                       f"{label}{t.rule}{target}")
+            continue
         out.append(f"  {t.hook:<11} {t.table:<6} {t.chain:<26} {line:<10} {label}{t.rule}")
     return "\n".join(out) + "\n"
 

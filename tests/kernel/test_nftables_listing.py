@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -50,3 +51,16 @@ def test_command_form_with_a_forward_reference_fails_in_the_kernel_and_the_emula
         nft_load(ns, text)
     with pytest.raises(ValueError, match="line 3"):
         load(text)
+
+
+NODE_RULESET = Path(__file__).resolve().parents[1] / "emulation" / "data" / "node-ruleset.nft"
+
+
+def test_node_ruleset_with_a_firewall_table_loads_and_lists_as_the_kernel(ns: str) -> None:
+    """The node ruleset kproxy trace tests use (kube-proxy's table beside a firewalld-like inet table, with
+    fib saddr . iif oif and ipv6-icmp) loads strictly in the emulator and lists as the kernel lists it."""
+    text = NODE_RULESET.read_text()
+    kernel = nft_load(ns, text)
+    assert canonical(list_ruleset(load(text))) == canonical(kernel)
+    listed = "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
+    assert canonical(kernel) == canonical(listed)  # the file is what this kernel listed

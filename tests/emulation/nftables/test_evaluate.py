@@ -137,10 +137,13 @@ def test_numgen_samples_uniformly() -> None:
 
 
 def test_trace_shows_rules_and_map_lookups() -> None:
-    """A traced packet lists the vmap lookup and the rules it met, in order."""
+    """A traced packet lists the vmap lookup (in the chain of its rule, with its line) and the rules it met, in order."""
     o = netns().send(tcp("10.0.0.2", "172.30.0.41", 80, "vp3"), random.Random(0), trace=True)
     steps = [(s.chain, s.result) for s in o.trace]
-    assert ("", "lookup:hit") in steps
+    assert ("services", "lookup:hit") in steps
+    lookup = next(s for s in o.trace if s.result == "lookup:hit")
+    rule = next(s for s in o.trace if s.chain == "services" and s.result == "match")
+    assert lookup.line == rule.line > 0
     assert steps.index(("services", "match")) < steps.index(("service-1-ns1/svc1/tcp/p80", "match"))
     assert o.trace[0].hook == "PREROUTING"
 

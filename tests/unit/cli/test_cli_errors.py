@@ -31,12 +31,12 @@ def test_bad_flag_exits_2_naming_it(
 
 
 def test_proxy_mode_offers_only_the_modes_run_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    """`run --proxy-mode nftables` is refused by the parser (exit 2), listing userspace, iptables and ipvs."""
+    """`run --proxy-mode ebpf` (no such mode yet) is refused by the parser (exit 2), listing run's modes."""
     with pytest.raises(SystemExit) as exc:
-        main(["run", "--manifests", "examples/cluster.yaml", "--proxy-mode", "nftables"])
+        main(["run", "--manifests", "examples/cluster.yaml", "--proxy-mode", "ebpf"])
     assert exc.value.code == 2
     err = capsys.readouterr().err
-    assert "--proxy-mode" in err and "'userspace', 'iptables', 'ipvs')" in err
+    assert "--proxy-mode" in err and "'userspace', 'iptables', 'nftables', 'ipvs')" in err
 
 
 def test_missing_manifest_path_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:

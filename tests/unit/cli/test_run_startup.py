@@ -47,7 +47,7 @@ def test_help_says_run_runs_every_registered_mode(capsys: pytest.CaptureFixture[
     """`kproxy --help` describes run with every mode of the registry, not userspace only."""
     with pytest.raises(SystemExit):
         main(["--help"])
-    assert "(userspace, iptables, ipvs mode)" in capsys.readouterr().out
+    assert "(userspace, iptables, nftables, ipvs mode)" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from kproxy.testing import (
     AFFINITY_TIMEOUT_BOUNDARY,
     KNOWN_DIFFERENCES,
     Cluster,
+    NodeSpec,
     NotEquivalent,
     Origin,
     Packet,
@@ -112,9 +113,56 @@ IPVS_CASES = {
 }
 
 
+NFT_CLUSTER = Cluster(
+    manifests=(
+        _service("np", "10.96.0.6", [{"name": "http", "port": 80, "nodePort": 30006}], type="NodePort"),
+        _slice("np", [("10.244.1.7", "node-b")], [{"name": "http", "port": 8080}]),
+        _service("empty", "10.96.0.7", [{"name": "http", "port": 80}], externalIPs=["192.168.99.7"]),
+    ),
+    node=NodeSpec(node_ips=("192.168.0.2", "192.168.0.5", "2001:db8::2")))
+
+#: Cases of the nftables differences, compared between iptables and nftables.
+NFT_CASES = {
+    "nftables-no-localhost-nodeports": Packet(src="127.0.0.1", dst="127.0.0.1", sport=40000, dport=30006,
+                                              origin=Origin.LOCALHOST, target=Target.NODE_PORT),
+    "nftables-nodeports-on-primary-ip-only": Packet(src="203.0.113.2", dst="192.168.0.5", sport=40000,
+                                                    dport=30006, target=Target.NODE_PORT),
+    "nftables-external-without-endpoints-from-node": Packet(src="192.168.0.2", dst="192.168.99.7", sport=40000,
+                                                            dport=80, origin=Origin.NODE, target=Target.EXTERNAL_IP),
+}
+
+
 def test_every_documented_difference_has_a_case() -> None:
-    """The table and the cases below name the same differences."""
-    assert {d.name for d in KNOWN_DIFFERENCES} == set(CASES) | set(IPVS_CASES)
+    """The table and the cases below name the same differences (the --service-cidr one waits for the flag)."""
+    assert {d.name for d in KNOWN_DIFFERENCES} == (set(CASES) | set(IPVS_CASES) | set(NFT_CASES)
+                                                   | {"nftables-unallocated-clusterip-dropped"})
+
+
+@pytest.mark.parametrize("name", sorted(NFT_CASES))
+def test_the_nftables_difference_is_real_and_named(name: str) -> None:
+    """iptables and nftables disagree on the case; with the table exactly that difference applies."""
+    packet = NFT_CASES[name]
+    with pytest.raises(NotEquivalent):
+        assert_equivalent(NFT_CLUSTER, packet, ("iptables", "nftables"), differences=())
+    result = assert_equivalent(NFT_CLUSTER, packet, ("iptables", "nftables"))
+    assert [d.name for d in result.excused] == [name]
+
+
+def test_nftables_rejects_an_undefined_clusterip_port_where_iptables_routes_it() -> None:
+    """A ClusterIP's undefined port: nftables REJECTs it (cluster-ips-check), excused as clusterip-unknown-port."""
+    packet = CASES["clusterip-unknown-port"]
+    outcome = get_mode("nftables").outcome(CLUSTER, packet)
+    assert outcome.verdict is Verdict.REJECT and not outcome.translated
+    result = assert_equivalent(CLUSTER, packet, ("iptables", "nftables"))
+    assert [d.name for d in result.excused] == ["clusterip-unknown-port"]
+
+
+def test_nftables_serving_a_nodeport_on_the_primary_ip_is_never_excused() -> None:
+    """A NodePort on the primary IP from outside: iptables and nftables agree exactly, nothing excused."""
+    packet = Packet(src="203.0.113.2", dst="192.168.0.2", sport=40000, dport=30006, target=Target.NODE_PORT)
+    result = compare(NFT_CLUSTER, packet, ("iptables", "nftables"))
+    assert result.equivalent and not result.excused
+    assert dict(result.outcomes["nftables"].endpoints) == {"10.244.1.7:8080": 1.0}
 
 
 @pytest.mark.parametrize("name", sorted(IPVS_CASES))
