@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import mmh3
 
+from kproxy.config.defaults import DEFAULT_MAGLEV_HASH_SEED, DEFAULT_MAGLEV_TABLE_SIZE, MAGLEV_TABLE_SIZES
 from kproxy.errors import ConfigError, InvalidArgument
 from kproxy.model import Protocol
 
@@ -45,11 +46,11 @@ __all__ = [
 ]
 
 #: ``maglev.DefaultTableSize``.
-DEFAULT_TABLE_SIZE = 16381
+DEFAULT_TABLE_SIZE = DEFAULT_MAGLEV_TABLE_SIZE
 #: ``maglev.DefaultHashSeed`` (``head -c12 /dev/urandom | base64 -w0``).
-DEFAULT_HASH_SEED = "JLfvgnHc2kaSUFaI"
+DEFAULT_HASH_SEED = DEFAULT_MAGLEV_HASH_SEED
 #: ``maglevSupportedTableSizes``: primes, each about twice the one before.
-SUPPORTED_TABLE_SIZES = (251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071)
+SUPPORTED_TABLE_SIZES = MAGLEV_TABLE_SIZES
 #: ``loadbalancer.DefaultBackendWeight``.
 DEFAULT_BACKEND_WEIGHT = 100
 
