@@ -21,7 +21,7 @@ datapath drops new flows, ``DROP_NO_SERVICE``).
 
 from __future__ import annotations
 
-import ipaddress
+import socket
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -141,8 +141,13 @@ def _backends(info: ServicePortInfo, local_only: bool) -> tuple[BackendPlan, ...
         else:
             continue
         out.append(BackendPlan(ep.ip, ep.port, info.protocol, state))
-    out.sort(key=lambda b: (int(b.state), ipaddress.ip_address(b.address).packed, b.port))
+    out.sort(key=lambda b: (int(b.state), _packed(b.address), b.port))
     return tuple(out)
+
+
+def _packed(address: str) -> bytes:
+    """The address's bytes: Cilium sorts backends by ``AddrCluster.Compare`` (netip order)."""
+    return socket.inet_pton(socket.AF_INET6 if ":" in address else socket.AF_INET, address)
 
 
 def _annotated_algorithm(info: ServicePortInfo) -> LBAlgorithm:

@@ -30,6 +30,7 @@ used them, so the datapath never reads a dangling backend id.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -63,6 +64,12 @@ __all__ = ["EbpfMaps", "MapOp", "MapState", "OpKind", "RenderedFrontend", "rende
 _MAX_SERVICE_ID = 0xFFFF
 _MAX_BACKEND_ID = 0xFFFFFFFF
 _AFFINITY_MATCH = "cilium_lb_affinity_match"
+#: Where ``backend_slot`` (host-order ``__u16``) sits in ``lb4_key``/``lb6_key``, and the
+#: host-order words of a slot value's first field.
+_SLOT_AT = {"4": 6, "6": 18}
+_ACTIVE, _TERMINATING, _MAINTENANCE = BackendState.ACTIVE, BackendState.TERMINATING, BackendState.MAINTENANCE
+_U16 = struct.Struct("=H")
+_U32 = struct.Struct("=I")
 _ZERO = b"\0"
 
 
@@ -103,6 +110,7 @@ class RenderedFrontend:
         slots: the backend id of slot 1..N.
         maglev: its Maglev table (empty when it has none).
         affinity_match: the backend ids with an affinity-match entry.
+        packed: every ``(map, key, value)`` it owns, as bytes (:meth:`entries`), made once.
     """
 
     name: ServicePortName
@@ -113,6 +121,11 @@ class RenderedFrontend:
     slots: tuple[int, ...]
     maglev: tuple[int, ...]
     affinity_match: tuple[int, ...]
+    packed: tuple[tuple[str, bytes, bytes], ...] = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        v = "6" if self.family is IPFamily.IPv6 else "4"
+        object.__setattr__(self, "packed", tuple(self.entries(v)))
 
     def entries(self, v: str) -> Iterator[tuple[str, bytes, bytes]]:
         """Every ``(map, key, value)`` this frontend owns (``v`` is ``4`` or ``6``): the slots,
@@ -125,11 +138,18 @@ class RenderedFrontend:
         # bit 6 of flags2 means quarantined on a slot.
         slot_flags = self.master.flags & ~ServiceFlag.SOURCE_RANGE
         slot_flags2 = self.master.flags2 & ~SOURCE_RANGE_DENY
-        for slot, backend_id in enumerate(self.slots, start=1):
-            skey = ServiceKey(address=p.address, dport=p.port, backend_slot=slot, proto=proto, scope=p.scope)
-            yield (f"cilium_lb{v}_services_v2", skey.pack(),
-                   ServiceValue(backend_id=backend_id, rev_nat_index=self.rev_nat_index,
-                                flags=slot_flags, flags2=slot_flags2).pack())
+        if self.slots:
+            # The fast path of a fill: the slot keys differ only in ``backend_slot``, so the
+            # first slot is packed by the layout classes and the rest reuse its bytes.
+            first_key = ServiceKey(address=p.address, dport=p.port, backend_slot=1, proto=proto,
+                                   scope=p.scope).pack()
+            first_value = ServiceValue(backend_id=self.slots[0], rev_nat_index=self.rev_nat_index,
+                                       flags=slot_flags, flags2=slot_flags2).pack()
+            head, tail = first_key[:_SLOT_AT[v]], first_key[_SLOT_AT[v] + 2:]
+            rest = first_value[4:]
+            services = f"cilium_lb{v}_services_v2"
+            for slot, backend_id in enumerate(self.slots, start=1):
+                yield services, head + _U16.pack(slot) + tail, _U32.pack(backend_id) + rest
         yield (f"cilium_lb{v}_reverse_nat", ReverseNatKey(rev_nat_index=self.rev_nat_index).pack(),
                ReverseNat(address=p.address, port=p.port).pack())
         if self.maglev:
@@ -164,7 +184,7 @@ class EbpfMaps:
             v = "6" if ":" in be.address else "4"
             out.setdefault(f"cilium_lb{v}_backends_v3", {})[backend_key(backend_id)] = be.pack()
         for fe in self.frontends:
-            for name, key, value in fe.entries("6" if fe.family is IPFamily.IPv6 else "4"):
+            for name, key, value in fe.packed:
                 out.setdefault(name, {})[key] = value
         return out
 
@@ -219,6 +239,7 @@ class MapState:
     _service_ids: _Ids = field(default_factory=lambda: _Ids(_MAX_SERVICE_ID))
     _backend_ids: _Ids = field(default_factory=lambda: _Ids(_MAX_BACKEND_ID))
     _backends: dict[int, Backend] = field(default_factory=dict)
+    _backend_plans: dict[int, BackendPlan] = field(default_factory=dict)
     _refs: dict[int, int] = field(default_factory=dict)
     _revision: int | None = None
 
@@ -232,8 +253,8 @@ class MapState:
             InvalidArgument: no free service or backend id is left.
         """
         if self._revision is not None and snapshot.revision == self._revision + 1:
-            keys = {k for k in snapshot.ports if k[1] in snapshot.changed}
-            keys |= {k for k in self._infos if k[1] in snapshot.changed and k not in snapshot.ports}
+            keys = {(family, spn) for spn in snapshot.changed for family in IPFamily
+                    if (family, spn) in snapshot.ports or (family, spn) in self._infos}
         else:
             keys = {k for k, info in snapshot.ports.items() if self._infos.get(k) != info}
             keys |= {k for k in self._infos if k not in snapshot.ports}
@@ -247,6 +268,7 @@ class MapState:
         for backend_id in sorted(touched):
             if self._refs.get(backend_id, 0) <= 0:
                 be = self._backends.pop(backend_id)
+                self._backend_plans.pop(backend_id, None)
                 self._refs.pop(backend_id, None)
                 self._backend_ids.release((be.address, be.port, _proto_of(be.proto)))
                 ops.append(MapOp(_backends_map(be.address), OpKind.DELETE, backend_key(backend_id)))
@@ -286,21 +308,28 @@ class MapState:
     def _render(self, key: _PortKey, plan: FrontendPlan, first: list[MapOp],
                 touched: set[int]) -> RenderedFrontend:
         rev = self._service_ids.acquire(plan.key)
-        ids: list[int] = []
+        acquire = self._backend_ids.acquire
+        plans, refs = self._backend_plans, self._refs
+        in_slots: list[tuple[int, BackendPlan]] = []
+        active = terminating = 0
         for be in plan.backends:
-            backend_id = self._backend_ids.acquire((be.address, be.port, be.protocol))
-            value = Backend(address=be.address, port=be.port, proto=IPPROTO[be.protocol], state=be.state)
-            if self._backends.get(backend_id) != value:
+            backend_id = acquire((be.address, be.port, be.protocol))
+            if plans.get(backend_id) != be:
+                value = Backend(address=be.address, port=be.port, proto=IPPROTO[be.protocol], state=be.state)
                 self._backends[backend_id] = value
+                plans[backend_id] = be
                 first.append(MapOp(_backends_map(be.address), OpKind.UPDATE, backend_key(backend_id),
                                    value.pack()))
-            self._refs[backend_id] = self._refs.get(backend_id, 0) + 1
+            refs[backend_id] = refs.get(backend_id, 0) + 1
             touched.add(backend_id)
-            ids.append(backend_id)
-        in_slots = [(i, be) for i, be in zip(ids, plan.backends, strict=True)
-                    if be.state is not BackendState.MAINTENANCE]
-        active = sum(1 for _, be in in_slots if be.state is BackendState.ACTIVE)
-        terminating = sum(1 for _, be in in_slots if be.state is BackendState.TERMINATING)
+            state = be.state
+            if state is _MAINTENANCE:
+                continue  # in the backends map, never in a slot
+            in_slots.append((backend_id, be))
+            if state is _ACTIVE:
+                active += 1
+            elif state is _TERMINATING:
+                terminating += 1
         inactive = len(in_slots) - active - terminating
         if active == 0:
             active = terminating
@@ -313,7 +342,7 @@ class MapState:
         if plan.use_maglev and active:
             table = lookup_table((MaglevBackend(backend_id=i, hash_string=_hash_string(be))
                                   for i, be in in_slots[:active]), self.config.maglev)
-        matches = (tuple(i for i, be in in_slots if be.state is BackendState.ACTIVE)
+        matches = (tuple(i for i, be in in_slots if be.state is _ACTIVE)
                    if plan.affinity_timeout_s else ())
         return RenderedFrontend(name=key[1], family=key[0], plan=plan, rev_nat_index=rev, master=master,
                                 slots=tuple(i for i, _ in in_slots), maglev=table, affinity_match=matches)
@@ -328,13 +357,15 @@ class MapState:
     def _diff(old: RenderedFrontend | None, new: RenderedFrontend | None, ops: list[MapOp]) -> None:
         """The operations turning ``old``'s entries into ``new``'s: updates of new or changed
         entries first, then deletes of the entries ``new`` no longer has."""
-        def table(fe: RenderedFrontend | None) -> dict[tuple[str, bytes], bytes]:
-            if fe is None:
-                return {}
-            v = "6" if fe.family is IPFamily.IPv6 else "4"
-            return {(name, key): value for name, key, value in fe.entries(v)}
-
-        before, after = table(old), table(new)
+        if old is None:
+            packed = new.packed if new is not None else ()
+            ops.extend(MapOp(name, OpKind.UPDATE, key, value) for name, key, value in packed)
+            return
+        if new is None:
+            ops.extend(MapOp(name, OpKind.DELETE, key) for name, key, _ in old.packed)
+            return
+        before = {(name, key): value for name, key, value in old.packed}
+        after = {(name, key): value for name, key, value in new.packed}
         for (name, key), value in after.items():
             if before.get((name, key)) != value:
                 ops.append(MapOp(name, OpKind.UPDATE, key, value))
