@@ -13,6 +13,12 @@ reconciler (``pkg/loadbalancer/reconciler/bpf_reconciler.go``, ``updateFrontend`
   policies is Local (``twoScopes``), the internal-scope twin carrying the internal policy's
   backends.
 
+The ``service.cilium.io/lb-algorithm`` annotation (``random`` or ``maglev``) is always honoured,
+as Cilium does with ``--bpf-lb-algorithm-annotation=true``: it goes into the master entry's
+algorithm bits and decides ``useMaglev`` for every frontend but the surrogates; without it the
+bits are 0 (the datapath's default) and Maglev tables are built, with ``--bpf-lb-algorithm
+maglev``, for the routable frontends that are not ClusterIPs (``ExternalClusterIP`` off).
+
 Backends follow Cilium's EndpointSlice parsing: a ready endpoint is active, a serving and
 terminating one is terminating, any other is left out. A Local policy keeps the node's own
 backends only; there is no fallback to the cluster's (the master then has count 0 and the
