@@ -31,7 +31,7 @@ used them, so the datapath never reads a dangling backend id.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -50,6 +50,7 @@ from kproxy.modes.ebpf.layout import (
     ReverseNat,
     ReverseNatKey,
     ServiceFlag,
+    ServiceFlag2,
     ServiceKey,
     ServiceValue,
     SourceRangeKey,
@@ -58,7 +59,7 @@ from kproxy.modes.ebpf.layout import (
 )
 from kproxy.modes.ebpf.maglev import MaglevBackend, backend_hash_string, lookup_table
 
-__all__ = ["EbpfMaps", "MapOp", "MapState", "OpKind", "RenderedFrontend", "render"]
+__all__ = ["EbpfMaps", "MapOp", "MapState", "OpKind", "RenderedFrontend", "render", "slot_layout"]
 
 #: ``firstFreeServiceID``/``maxSetOfServiceID`` and the backend twins (``id_allocator.go``).
 _MAX_SERVICE_ID = 0xFFFF
@@ -67,7 +68,8 @@ _AFFINITY_MATCH = "cilium_lb_affinity_match"
 #: Where ``backend_slot`` (host-order ``__u16``) sits in ``lb4_key``/``lb6_key``, and the
 #: host-order words of a slot value's first field.
 _SLOT_AT = {"4": 6, "6": 18}
-_ACTIVE, _TERMINATING, _MAINTENANCE = BackendState.ACTIVE, BackendState.TERMINATING, BackendState.MAINTENANCE
+_ACTIVE, _TERMINATING = BackendState.ACTIVE, BackendState.TERMINATING
+_QUARANTINED, _MAINTENANCE = BackendState.QUARANTINED, BackendState.MAINTENANCE
 _U16 = struct.Struct("=H")
 _U32 = struct.Struct("=I")
 _ZERO = b"\0"
@@ -108,6 +110,7 @@ class RenderedFrontend:
         rev_nat_index: its service id.
         master: the slot-0 value.
         slots: the backend id of slot 1..N.
+        slot_states: the state of each slot's backend (a quarantined one is flagged on its slot).
         maglev: its Maglev table (empty when it has none).
         affinity_match: the backend ids with an affinity-match entry.
         packed: every ``(map, key, value)`` it owns, as bytes (:meth:`entries`), made once.
@@ -119,6 +122,7 @@ class RenderedFrontend:
     rev_nat_index: int
     master: ServiceValue
     slots: tuple[int, ...]
+    slot_states: tuple[BackendState, ...]
     maglev: tuple[int, ...]
     affinity_match: tuple[int, ...]
     packed: tuple[tuple[str, bytes, bytes], ...] = field(init=False, compare=False, repr=False)
@@ -147,9 +151,13 @@ class RenderedFrontend:
                                        flags=slot_flags, flags2=slot_flags2).pack()
             head, tail = first_key[:_SLOT_AT[v]], first_key[_SLOT_AT[v] + 2:]
             rest = first_value[4:]
+            quarantined = ServiceValue(rev_nat_index=self.rev_nat_index, flags=slot_flags,
+                                       flags2=slot_flags2 | ServiceFlag2.QUARANTINED).pack()[4:]
             services = f"cilium_lb{v}_services_v2"
-            for slot, backend_id in enumerate(self.slots, start=1):
-                yield services, head + _U16.pack(slot) + tail, _U32.pack(backend_id) + rest
+            pairs = zip(self.slots, self.slot_states, strict=True)
+            for slot, (backend_id, state) in enumerate(pairs, start=1):
+                yield (services, head + _U16.pack(slot) + tail,
+                       _U32.pack(backend_id) + (quarantined if state is _QUARANTINED else rest))
         yield (f"cilium_lb{v}_reverse_nat", ReverseNatKey(rev_nat_index=self.rev_nat_index).pack(),
                ReverseNat(address=p.address, port=p.port).pack())
         if self.maglev:
@@ -310,8 +318,7 @@ class MapState:
         rev = self._service_ids.acquire(plan.key)
         acquire = self._backend_ids.acquire
         plans, refs = self._backend_plans, self._refs
-        in_slots: list[tuple[int, BackendPlan]] = []
-        active = terminating = 0
+        ids: list[int] = []
         for be in plan.backends:
             backend_id = acquire((be.address, be.port, be.protocol))
             if plans.get(backend_id) != be:
@@ -322,19 +329,9 @@ class MapState:
                                    value.pack()))
             refs[backend_id] = refs.get(backend_id, 0) + 1
             touched.add(backend_id)
-            state = be.state
-            if state is _MAINTENANCE:
-                continue  # in the backends map, never in a slot
-            in_slots.append((backend_id, be))
-            if state is _ACTIVE:
-                active += 1
-            elif state is _TERMINATING:
-                terminating += 1
-        inactive = len(in_slots) - active - terminating
-        if active == 0:
-            active = terminating
-        else:
-            inactive += terminating
+            ids.append(backend_id)
+        picked, active, inactive = slot_layout(plan.backends)
+        in_slots = [(ids[i], plan.backends[i]) for i in picked]
         master = ServiceValue.master_entry(
             count=active, qcount=inactive, rev_nat_index=rev, flags=plan.flags, flags2=plan.flags2,
             affinity_timeout_s=plan.affinity_timeout_s, algorithm=plan.algorithm)
@@ -345,7 +342,9 @@ class MapState:
         matches = (tuple(i for i, be in in_slots if be.state is _ACTIVE)
                    if plan.affinity_timeout_s else ())
         return RenderedFrontend(name=key[1], family=key[0], plan=plan, rev_nat_index=rev, master=master,
-                                slots=tuple(i for i, _ in in_slots), maglev=table, affinity_match=matches)
+                                slots=tuple(i for i, _ in in_slots),
+                                slot_states=tuple(be.state for _, be in in_slots), maglev=table,
+                                affinity_match=matches)
 
     def _unref(self, fe: RenderedFrontend, touched: set[int]) -> None:
         for be in fe.plan.backends:
@@ -372,6 +371,32 @@ class MapState:
         for name, key in before:
             if (name, key) not in after:
                 ops.append(MapOp(name, OpKind.DELETE, key))
+
+
+def slot_layout(backends: Sequence[BackendPlan]) -> tuple[tuple[int, ...], int, int]:
+    """Which of a frontend's sorted backends get slots 1..N, and the master's ``count`` and
+    ``qcount``, as ``updateFrontend``: maintenance backends get no slot; ``count`` is the active
+    backends, or the terminating ones when none is active (KEP-1669); ``qcount`` is the rest
+    (quarantined, and terminating when some backend is active).
+
+    Returns:
+        ``(indices into backends, count, qcount)``.
+    """
+    picked: list[int] = []
+    active = terminating = 0
+    for i, be in enumerate(backends):
+        state = be.state
+        if state is _MAINTENANCE:
+            continue
+        picked.append(i)
+        if state is _ACTIVE:
+            active += 1
+        elif state is _TERMINATING:
+            terminating += 1
+    inactive = len(picked) - active - terminating
+    if active == 0:
+        return tuple(picked), terminating, inactive
+    return tuple(picked), active, inactive + terminating
 
 
 def _hash_string(be: BackendPlan) -> str:
