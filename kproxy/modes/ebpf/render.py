@@ -49,6 +49,7 @@ from kproxy.modes.ebpf.layout import (
     MaglevOuterKey,
     ReverseNat,
     ReverseNatKey,
+    Scope,
     ServiceFlag,
     ServiceFlag2,
     ServiceKey,
@@ -244,6 +245,7 @@ class MapState:
     ops_total: int = 0
     _frontends: dict[_PortKey, tuple[RenderedFrontend, ...]] = field(default_factory=dict)
     _infos: dict[_PortKey, ServicePortInfo] = field(default_factory=dict)
+    _owners: dict[tuple[str, int, Protocol, Scope], _PortKey] = field(default_factory=dict)
     _service_ids: _Ids = field(default_factory=lambda: _Ids(_MAX_SERVICE_ID))
     _backend_ids: _Ids = field(default_factory=lambda: _Ids(_MAX_BACKEND_ID))
     _backends: dict[int, Backend] = field(default_factory=dict)
@@ -295,7 +297,14 @@ class MapState:
         old = {fe.plan.key: fe for fe in self._frontends.get(key, ())}
         plans = plan_frontends(info, self.config) if info is not None else ()
         new: list[RenderedFrontend] = []
+        seen: set[tuple[str, int, Protocol, Scope]] = set()
         for plan in plans:
+            # A frontend two service ports claim (the same NodePort, an external IP that is
+            # another Service's LoadBalancer address) stays with the port that took it first,
+            # as Cilium's writer refuses the conflicting one.
+            if plan.key in seen or self._owners.setdefault(plan.key, key) != key:
+                continue
+            seen.add(plan.key)
             fe = self._render(key, plan, first, touched)
             prev = old.pop(plan.key, None)
             self._diff(prev, fe, ops)
@@ -306,6 +315,7 @@ class MapState:
             self._diff(prev, None, ops)
             self._unref(prev, touched)
             self._service_ids.release(prev.plan.key)
+            self._owners.pop(prev.plan.key, None)
         if info is None:
             self._frontends.pop(key, None)
             self._infos.pop(key, None)

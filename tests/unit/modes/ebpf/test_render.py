@@ -284,3 +284,17 @@ def test_a_quarantined_slot_carries_the_quarantined_bit_and_the_master_does_not(
     quarantined = replace(fe, plan=plan, slot_states=(BackendState.ACTIVE, BackendState.QUARANTINED))
     values = [ServiceValue.unpack(v) for name, _, v in quarantined.packed if name == "cilium_lb4_services_v2"]
     assert [bool(v.flags2 & ServiceFlag2.QUARANTINED) for v in values] == [False, True, False]  # slots 1, 2, master
+
+
+def test_a_frontend_two_services_claim_stays_with_the_first() -> None:
+    a = service("ns", "a", "10.96.0.1", [port("p", 80)], externalIPs=["198.51.100.1"])
+    b = service("ns", "b", "10.96.0.2", [port("p", 80)], externalIPs=["198.51.100.1"])
+    docs = [a, b, endpoint_slice("ns", "a", [ep("10.244.1.1")], [("p", 8080, "TCP")]),
+            endpoint_slice("ns", "b", [ep("10.244.2.1")], [("p", 8080, "TCP")])]
+    state = MapState(config=NODE)
+    table: dict[str, dict[bytes, bytes]] = {}
+    _apply(table, state.sync(_snap(docs, revision=1)))
+    fe = _fe(state.maps(), "198.51.100.1")
+    assert str(fe.name) == "ns/a:p"
+    _apply(table, state.sync(_snap(docs[1:2] + docs[3:], revision=7)))  # a goes away
+    assert {k: v for k, v in table.items() if v} == state.maps().entries()
