@@ -177,6 +177,7 @@ def plan_frontends(info: ServicePortInfo, config: EbpfConfig) -> tuple[FrontendP
     timeout = info.session_affinity_timeout_s or 0
     unspecified = "::" if info.family is IPFamily.IPv6 else "0.0.0.0"
     out: list[FrontendPlan] = []
+    backend_sets: dict[bool, tuple[BackendPlan, ...]] = {}
 
     def add(kind: FrontendType, address: str, port: int, scope: Scope) -> None:
         surrogate = address == unspecified
@@ -198,7 +199,13 @@ def plan_frontends(info: ServicePortInfo, config: EbpfConfig) -> tuple[FrontendP
             address=address, port=port, protocol=info.protocol, scope=scope, type=kind,
             surrogate=surrogate, flags=flags, flags2=flags2, algorithm=annotated,
             effective_algorithm=effective, use_maglev=maglev, affinity_timeout_s=timeout,
-            backends=_backends(info, local_only), source_ranges=ranges))
+            backends=backends_of(local_only), source_ranges=ranges))
+
+    def backends_of(local_only: bool) -> tuple[BackendPlan, ...]:
+        found = backend_sets.get(local_only)
+        if found is None:
+            found = backend_sets[local_only] = _backends(info, local_only)
+        return found
 
     add(FrontendType.CLUSTER_IP, info.cluster_ip, info.port, Scope.EXTERNAL)
     if info.node_port and info.service_type in (ServiceType.NodePort, ServiceType.LoadBalancer):

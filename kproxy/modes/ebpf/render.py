@@ -331,7 +331,8 @@ class MapState:
         ids: list[int] = []
         for be in plan.backends:
             backend_id = acquire((be.address, be.port, be.protocol))
-            if plans.get(backend_id) != be:
+            known = plans.get(backend_id)
+            if known is not be and known != be:
                 value = Backend(address=be.address, port=be.port, proto=IPPROTO[be.protocol], state=be.state)
                 self._backends[backend_id] = value
                 plans[backend_id] = be
