@@ -16,6 +16,7 @@ from kproxy.errors import ConfigError
 
 __all__ = [
     "CAP_FLAGS",
+    "EBPF_ONLY_FLAGS",
     "IPVS_ONLY_FLAGS",
     "KERNEL_ONLY_FLAGS",
     "NODE_FLAGS",
@@ -43,10 +44,12 @@ KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodep
                      "--ipvs-scheduler")
 #: Flags only the ipvs mode uses.
 IPVS_ONLY_FLAGS = ("--ipvs-scheduler",)
+#: Flags only the ebpf mode uses (Cilium's names).
+EBPF_ONLY_FLAGS = ("--bpf-lb-algorithm", "--bpf-lb-maglev-table-size", "--bpf-lb-maglev-hash-seed")
 #: Every flag :func:`~kproxy.config.build.build_run_config` reads.
 RUN_FLAGS = frozenset({
     "--manifests", "--kubeconfig", "--master", "--config", "--service-proxy-name", *NODE_FLAGS,
-    *RULE_FLAGS, "--kernel", "--min-sync-period", "--sync-period", *USERSPACE_ONLY_FLAGS,
+    *RULE_FLAGS, *EBPF_ONLY_FLAGS, "--kernel", "--min-sync-period", "--sync-period", *USERSPACE_ONLY_FLAGS,
     "--healthz-bind-address", "--metrics-bind-address", "--healthcheck-bind-addresses", "--log-format",
     "--log-level"})
 
