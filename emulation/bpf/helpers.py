@@ -19,7 +19,7 @@ from fractions import Fraction
 
 from emulation.bpf.context import SkBuff, SockAddr
 from emulation.bpf.maps import BpfMap, MapError, MapType
-from emulation.bpf.memory import BpfFault, MapRef, Ptr, Region, RegionKind, Value
+from emulation.bpf.memory import UNINIT, BpfFault, MapRef, Ptr, Region, RegionKind, Value
 
 __all__ = [
     "Chooser",
@@ -420,6 +420,13 @@ _TABLE: dict[int, Callable[[Env, int, list[Value]], Value]] = {
 }
 
 
+#: How many of r1-r5 each helper reads (its ``bpf_func_proto`` argument list).
+_ARITY = {Helper.MAP_LOOKUP_ELEM: 2, Helper.MAP_UPDATE_ELEM: 4, Helper.MAP_DELETE_ELEM: 2,
+          Helper.SKB_STORE_BYTES: 5, Helper.L3_CSUM_REPLACE: 5, Helper.L4_CSUM_REPLACE: 5,
+          Helper.REDIRECT: 2, Helper.SKB_LOAD_BYTES: 4, Helper.CSUM_DIFF: 5,
+          Helper.GET_SOCKET_COOKIE: 1, Helper.GET_NETNS_COOKIE: 1, Helper.SET_RETVAL: 1}
+
+
 def call_helper(env: Env, pc: int, number: int, args: list[Value]) -> Value:
     """Run helper ``number`` with r1-r5 = ``args``; its r0.
 
@@ -430,4 +437,8 @@ def call_helper(env: Env, pc: int, number: int, args: list[Value]) -> Value:
     if fn is None:
         raise BpfFault(f"pc {pc}: helper {number} is not modelled (known: "
                        f"{', '.join(h.name.lower() for h in Helper)})")
+    for i in range(_ARITY.get(number, 0)):
+        if args[i] is UNINIT:
+            raise BpfFault(f"helper {Helper(number).name.lower()}: argument r{i + 1} is read before "
+                           "it was written (!read_ok)")
     return fn(env, pc, args)

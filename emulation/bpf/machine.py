@@ -291,14 +291,14 @@ class Machine:
             if not frames:
                 return None
             f = frames.pop()
-            regs[6:10] = f.saved
+            regs[6:11] = f.saved
             return f.ret_pc
         if op == JmpOp.CALL:
             if insn.src == PseudoSrc.CALL:
                 if len(frames) + 1 >= MAX_FRAMES:
                     raise BpfFault(f"more than {MAX_FRAMES} call frames")
                 stack = stack_region(len(frames) + 1)
-                frames.append(_Frame(pc + 1, regs[6:10], stack))
+                frames.append(_Frame(pc + 1, regs[6:11], stack))
                 regs[10] = Ptr(stack, len(stack.data))
                 return pc + 1 + insn.imm
             args = [regs[r] for r in range(1, 6)]
