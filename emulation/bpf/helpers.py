@@ -421,7 +421,7 @@ _TABLE: dict[int, Callable[[Env, int, list[Value]], Value]] = {
 
 
 #: How many of r1-r5 each helper reads (its ``bpf_func_proto`` argument list).
-_ARITY = {Helper.MAP_LOOKUP_ELEM: 2, Helper.MAP_UPDATE_ELEM: 4, Helper.MAP_DELETE_ELEM: 2,
+_ARITY: dict[int, int] = {Helper.MAP_LOOKUP_ELEM: 2, Helper.MAP_UPDATE_ELEM: 4, Helper.MAP_DELETE_ELEM: 2,
           Helper.SKB_STORE_BYTES: 5, Helper.L3_CSUM_REPLACE: 5, Helper.L4_CSUM_REPLACE: 5,
           Helper.REDIRECT: 2, Helper.SKB_LOAD_BYTES: 4, Helper.CSUM_DIFF: 5,
           Helper.GET_SOCKET_COOKIE: 1, Helper.GET_NETNS_COOKIE: 1, Helper.SET_RETVAL: 1}
