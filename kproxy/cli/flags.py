@@ -117,6 +117,15 @@ def add_rule_flags(parser: argparse.ArgumentParser, *, modes: Sequence[str] | No
     ipt.add_argument("--ipvs-scheduler", default=_HIDE, metavar="NAME",
                      help="ipvs mode: the IPVS scheduler (rr, wrr, lc, wlc, sed, nq, fo, ovf, sh, dh, mh; "
                           "default: --config's ipvs.scheduler, else rr)")
+    bpf = parser.add_argument_group("load balancing (ebpf mode; Cilium's flags)")
+    bpf.add_argument("--bpf-lb-algorithm", default=_HIDE, metavar="random|maglev",
+                     help="the backend selection of external traffic (default random); a Service's "
+                          "service.cilium.io/lb-algorithm annotation overrides it")
+    bpf.add_argument("--bpf-lb-maglev-table-size", type=int, default=_HIDE, metavar="M",
+                     help="Maglev table size per service, one of 251, 509, 1021, 2039, 4093, 8191, "
+                          "16381, 32749, 65521, 131071 (default 16381)")
+    bpf.add_argument("--bpf-lb-maglev-hash-seed", default=_HIDE, metavar="BASE64",
+                     help="cluster-wide Maglev seed, base64 of 12 bytes (default JLfvgnHc2kaSUFaI)")
 
 
 def given_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:

@@ -13,6 +13,8 @@ Pure apart from reading the ``--config`` file and checking that ``--address-map`
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -21,20 +23,26 @@ from typing import Any
 
 from emulation.ipvs import SCHEDULERS
 from kproxy.config.defaults import (
+    BPF_LB_ALGORITHMS,
+    DEFAULT_BPF_LB_ALGORITHM,
     DEFAULT_DRAIN_TIMEOUT_S,
     DEFAULT_HEALTHCHECK_BIND_ADDRESSES,
     DEFAULT_HEALTHZ_BIND_ADDRESS,
     DEFAULT_IP_FAMILIES,
     DEFAULT_IPVS_SCHEDULER,
     DEFAULT_LOOPBACK_BLOCK,
+    DEFAULT_MAGLEV_HASH_SEED,
+    DEFAULT_MAGLEV_TABLE_SIZE,
     DEFAULT_MASQUERADE_BIT,
     DEFAULT_METRICS_BIND_ADDRESS,
     DEFAULT_MIN_SYNC_PERIOD_S,
     DEFAULT_SYNC_PERIOD_S,
     DEFAULT_UDP_TIMEOUT_S,
+    MAGLEV_TABLE_SIZES,
     STDIN_PATH,
 )
 from kproxy.config.flags import (
+    EBPF_ONLY_FLAGS,
     IPVS_ONLY_FLAGS,
     KERNEL_ONLY_FLAGS,
     RUN_FLAGS,
@@ -219,8 +227,34 @@ def _rules(given: Given, file: KubeProxyConfiguration, mode: str) -> RuleSetting
         proxy_mode=mode, cluster_cidrs=cidrs,
         masquerade_all=bool(given.get("--masquerade-all", doc["iptables"]["masqueradeAll"])),
         masquerade_bit=bit, nodeport_addresses=nodeports, localhost_nodeports=bool(localhost),
-        ipvs_scheduler=scheduler,
+        ipvs_scheduler=scheduler, **_bpf_lb(given),
         kernel=_enum(Kernel, given.get("--kernel", Kernel.EMULATED.value), "--kernel"))
+
+
+def _bpf_lb(given: Given) -> dict[str, Any]:
+    """Cilium's load-balancing flags of the ebpf mode, validated as Cilium's agent validates them
+    (``loadbalancer.algorithm``; ``maglev.UserConfig.ToConfig``)."""
+    algorithm = str(given.get("--bpf-lb-algorithm", DEFAULT_BPF_LB_ALGORITHM))
+    if algorithm not in BPF_LB_ALGORITHMS:
+        raise ConfigError(f"--bpf-lb-algorithm: expected one of {', '.join(BPF_LB_ALGORITHMS)}, "
+                          f"got {algorithm!r}")
+    size = given.get("--bpf-lb-maglev-table-size", DEFAULT_MAGLEV_TABLE_SIZE)
+    if isinstance(size, str) and size.isdigit():
+        size = int(size)
+    if isinstance(size, bool) or size not in MAGLEV_TABLE_SIZES:
+        raise ConfigError(f"--bpf-lb-maglev-table-size: invalid value {size!r}, supported values are: "
+                          f"{list(MAGLEV_TABLE_SIZES)}")
+    seed = str(given.get("--bpf-lb-maglev-hash-seed", DEFAULT_MAGLEV_HASH_SEED))
+    try:
+        raw = base64.b64decode(seed, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise ConfigError(f"--bpf-lb-maglev-hash-seed: cannot decode base64 Maglev hash seed "
+                          f"{seed!r}: {err}") from err
+    if len(raw) != 12:
+        raise ConfigError(f"--bpf-lb-maglev-hash-seed: decoded hash seed is {len(raw)} bytes (not 12 "
+                          "bytes); make one with: head -c12 /dev/urandom | base64 -w0")
+    return {"bpf_lb_algorithm": algorithm, "bpf_lb_maglev_table_size": size,
+            "bpf_lb_maglev_hash_seed": seed}
 
 
 def _sync(given: Given, file: KubeProxyConfiguration, mode: str) -> SyncSettings:
@@ -318,5 +352,6 @@ def _ignored(given: Given, command: Command, mode: str) -> tuple[str, ...]:
     if mode == "userspace":
         unused: tuple[str, ...] = KERNEL_ONLY_FLAGS
     else:
-        unused = USERSPACE_ONLY_FLAGS + (IPVS_ONLY_FLAGS if mode == "iptables" else ())
+        unused = USERSPACE_ONLY_FLAGS + (IPVS_ONLY_FLAGS if mode in ("iptables", "ebpf") else ())
+        unused += EBPF_ONLY_FLAGS if mode != "ebpf" else ()
     return tuple(flag for flag in unused if flag in given)

@@ -13,6 +13,8 @@ from __future__ import annotations
 from kproxy.model.names import IPFamily
 
 __all__ = [
+    "BPF_LB_ALGORITHMS",
+    "DEFAULT_BPF_LB_ALGORITHM",
     "DEFAULT_DRAIN_TIMEOUT_S",
     "DEFAULT_HEALTHCHECK_BIND_ADDRESSES",
     "DEFAULT_HEALTHZ_BIND_ADDRESS",
@@ -23,6 +25,8 @@ __all__ = [
     "DEFAULT_LOG_FORMAT",
     "DEFAULT_LOG_LEVEL",
     "DEFAULT_LOOPBACK_BLOCK",
+    "DEFAULT_MAGLEV_HASH_SEED",
+    "DEFAULT_MAGLEV_TABLE_SIZE",
     "DEFAULT_MASQUERADE_BIT",
     "DEFAULT_METRICS_BIND_ADDRESS",
     "DEFAULT_MIN_SYNC_PERIOD_S",
@@ -31,6 +35,7 @@ __all__ = [
     "DEFAULT_SYNC_PERIOD_S",
     "DEFAULT_UDP_TIMEOUT_S",
     "HEALTHZ_PORT",
+    "MAGLEV_TABLE_SIZES",
     "METRICS_PORT",
     "STDIN_PATH",
 ]
@@ -74,3 +79,12 @@ DEFAULT_LOG_FORMAT = "console"
 DEFAULT_LOG_LEVEL = "info"
 #: The ``--manifests`` (``-f``) value meaning standard input, as kubectl's ``-f -``.
 STDIN_PATH = "-"
+#: ``--bpf-lb-algorithm``: Cilium's ``loadBalancer.algorithm`` values and default (``random``).
+BPF_LB_ALGORITHMS = ("random", "maglev")
+DEFAULT_BPF_LB_ALGORITHM = "random"
+#: ``--bpf-lb-maglev-table-size``: Cilium's ``maglev.DefaultTableSize`` and the only sizes it
+#: accepts (``maglevSupportedTableSizes``, primes).
+DEFAULT_MAGLEV_TABLE_SIZE = 16381
+MAGLEV_TABLE_SIZES = (251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521, 131071)
+#: ``--bpf-lb-maglev-hash-seed``: Cilium's ``maglev.DefaultHashSeed`` (base64 of 12 bytes).
+DEFAULT_MAGLEV_HASH_SEED = "JLfvgnHc2kaSUFaI"

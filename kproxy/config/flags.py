@@ -15,6 +15,7 @@ from kproxy.config.kubeproxy import KubeProxyConfiguration, default_configuratio
 from kproxy.errors import ConfigError
 
 __all__ = [
+    "EBPF_ONLY_FLAGS",
     "IPVS_ONLY_FLAGS",
     "KERNEL_ONLY_FLAGS",
     "NODE_FLAGS",
@@ -39,10 +40,12 @@ KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodep
                      "--ipvs-scheduler")
 #: Flags only the ipvs mode uses.
 IPVS_ONLY_FLAGS = ("--ipvs-scheduler",)
+#: Flags only the ebpf mode uses (Cilium's names).
+EBPF_ONLY_FLAGS = ("--bpf-lb-algorithm", "--bpf-lb-maglev-table-size", "--bpf-lb-maglev-hash-seed")
 #: Every flag :func:`~kproxy.config.build.build_run_config` reads.
 RUN_FLAGS = frozenset({
     "--manifests", "--kubeconfig", "--master", "--config", "--service-proxy-name", *NODE_FLAGS,
-    *RULE_FLAGS, "--kernel", "--min-sync-period", "--sync-period", *USERSPACE_ONLY_FLAGS,
+    *RULE_FLAGS, *EBPF_ONLY_FLAGS, "--kernel", "--min-sync-period", "--sync-period", *USERSPACE_ONLY_FLAGS,
     "--healthz-bind-address", "--metrics-bind-address", "--healthcheck-bind-addresses", "--log-format",
     "--log-level"})
 

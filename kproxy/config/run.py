@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from kproxy.config.defaults import (
+    DEFAULT_BPF_LB_ALGORITHM,
     DEFAULT_DRAIN_TIMEOUT_S,
     DEFAULT_HEALTHCHECK_BIND_ADDRESSES,
     DEFAULT_HEALTHZ_BIND_ADDRESS,
@@ -26,6 +27,8 @@ from kproxy.config.defaults import (
     DEFAULT_IPVS_SCHEDULER,
     DEFAULT_LOCALHOST_NODEPORTS,
     DEFAULT_LOOPBACK_BLOCK,
+    DEFAULT_MAGLEV_HASH_SEED,
+    DEFAULT_MAGLEV_TABLE_SIZE,
     DEFAULT_MASQUERADE_BIT,
     DEFAULT_METRICS_BIND_ADDRESS,
     DEFAULT_MIN_SYNC_PERIOD_S,
@@ -171,6 +174,9 @@ class RuleSettings:
             canonical spelling, or ``("primary",)``; empty means every local address.
         localhost_nodeports: ``--iptables-localhost-nodeports`` (or ``iptables.localhostNodePorts``).
         ipvs_scheduler: ``--ipvs-scheduler`` (or ``ipvs.scheduler``).
+        bpf_lb_algorithm: ``--bpf-lb-algorithm`` (ebpf mode, Cilium's): ``random`` or ``maglev``.
+        bpf_lb_maglev_table_size: ``--bpf-lb-maglev-table-size``, one of Cilium's primes.
+        bpf_lb_maglev_hash_seed: ``--bpf-lb-maglev-hash-seed``, base64 of 12 bytes.
         kernel: ``--kernel`` (``run``'s kernel modes).
     """
 
@@ -181,6 +187,9 @@ class RuleSettings:
     nodeport_addresses: tuple[str, ...] = ()
     localhost_nodeports: bool = DEFAULT_LOCALHOST_NODEPORTS
     ipvs_scheduler: str = DEFAULT_IPVS_SCHEDULER
+    bpf_lb_algorithm: str = DEFAULT_BPF_LB_ALGORITHM
+    bpf_lb_maglev_table_size: int = DEFAULT_MAGLEV_TABLE_SIZE
+    bpf_lb_maglev_hash_seed: str = DEFAULT_MAGLEV_HASH_SEED
     kernel: Kernel = Kernel.EMULATED
 
 

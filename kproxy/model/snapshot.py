@@ -103,6 +103,9 @@ class ServicePortInfo:
         endpoints: every endpoint, sorted by ``ip:port``.
         cluster_endpoints, local_endpoints, all_reachable_endpoints, has_any_endpoints,
         topology: the categorisation of ``endpoints`` for this node.
+        annotations: the Service's annotations some mode reads (``service.cilium.io/*``, for the
+            ebpf mode), sorted ``(key, value)`` pairs; the others are left out so that an
+            unrelated annotation does not mark the port changed.
     """
 
     name: ServicePortName
@@ -126,6 +129,14 @@ class ServicePortInfo:
     all_reachable_endpoints: tuple[Endpoint, ...] = ()
     has_any_endpoints: bool = False
     topology: TopologyMode = TopologyMode.NONE
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def annotation(self, key: str) -> str | None:
+        """The value of annotation ``key`` (one of those kept), or None."""
+        for name, value in self.annotations:
+            if name == key:
+                return value
+        return None
 
     @property
     def externally_accessible(self) -> bool:
@@ -158,6 +169,10 @@ class ServicePortInfo:
     def session_affinity(self) -> bool:
         """ClientIP session affinity is on."""
         return self.session_affinity_timeout_s is not None
+
+
+#: The annotation prefixes :attr:`ServicePortInfo.annotations` keeps (Cilium's, for the ebpf mode).
+MODE_ANNOTATION_PREFIXES = ("service.cilium.io/",)
 
 
 def skip_reason(service: Service, node: NodeConfig) -> str | None:
@@ -239,6 +254,8 @@ def build_service_ports(
         # fallback for old dumps, never merged with real ones (their conditions are poorer).
         mine = [s for s in mine if not s.converted_from_endpoints]
     out: dict[tuple[IPFamily, ServicePortName], ServicePortInfo] = {}
+    mode_annotations = tuple((k, v) for k, v in service.annotations
+                             if k.startswith(MODE_ANNOTATION_PREFIXES))
     for family in node.ip_families:
         cluster_ip = service.cluster_ip(family)
         if cluster_ip is None:
@@ -259,6 +276,7 @@ def build_service_ports(
                 internal_policy_local=service.internal_policy_local,
                 health_check_node_port=(service.health_check_node_port
                                         if service.needs_health_check else 0),
+                annotations=mode_annotations,
             )
             endpoints = _merge_endpoints(port, mine, family, node)
             cat = categorize_endpoints(

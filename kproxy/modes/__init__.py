@@ -9,7 +9,8 @@ to its own sockets, the kernel modes through a narrow kernel interface
 - :mod:`kproxy.modes.userspace`: a listener per service port, round robin with ClientIP affinity;
 - :mod:`kproxy.modes.iptables`: kube-proxy's iptables proxier (``pkg/proxy/iptables``);
 - :mod:`kproxy.modes.nftables`: kube-proxy's nftables proxier (``pkg/proxy/nftables``);
-- :mod:`kproxy.modes.ipvs`: kube-proxy's ipvs proxier (``pkg/proxy/ipvs``).
+- :mod:`kproxy.modes.ipvs`: kube-proxy's ipvs proxier (``pkg/proxy/ipvs``);
+- :mod:`kproxy.modes.ebpf`: Cilium's eBPF service load balancing (``bpf/lib/lb.h``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ MODES: dict[str, ModeInfo] = {
                  summary="kube-proxy's nftables table (sets and verdict maps; render only)", runs=False),
         ModeInfo(name="ipvs", package="kproxy.modes.ipvs", kernel=True, renders=True,
                  summary="kube-proxy's IPVS virtual servers, ipsets and iptables rules"),
+        ModeInfo(name="ebpf", package="kproxy.modes.ebpf", kernel=True, renders=False,
+                 summary="Cilium's eBPF service maps (socket-LB and tc; render only)", runs=False),
     )
 }
 
