@@ -9,6 +9,7 @@ its own sockets are translated.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import socket
@@ -18,28 +19,37 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.kernel.harness import netns_socket
+from tests.kernel.harness import CLONE_NEWNET
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 CGROUP_ROOT = "/sys/fs/cgroup/unified"
 
 _CLIENT = r"""
-import json, socket, sys
+import json, os, socket, sys
 cgroup, proto, host, port, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 if cgroup:
     with open(cgroup + "/cgroup.procs", "w") as f:
-        f.write(str(__import__("os").getpid()))
+        f.write(str(os.getpid()))
+family = socket.AF_INET6 if ":" in host else socket.AF_INET
 out = []
 for _ in range(count):
     kind = socket.SOCK_STREAM if proto == "tcp" else socket.SOCK_DGRAM
-    s = socket.socket(socket.AF_INET, kind)
+    s = socket.socket(family, kind)
     s.settimeout(5)
     try:
+        cookie = int.from_bytes(s.getsockopt(socket.SOL_SOCKET, 57, 8), "little")  # SO_COOKIE
+        if proto == "udp-unconnected":
+            s.sendto(b"ping", (host, port))
+            data, src = s.recvfrom(64)
+            out.append({"reply": data.decode(), "peer": "%s:%d" % src[:2], "cookie": cookie})
+            continue
         s.connect((host, port))
-        peer = "%s:%d" % s.getpeername()
+        peer = "%s:%d" % s.getpeername()[:2]
         if proto == "udp":
             s.send(b"ping")
         reply = s.recv(64).decode()
-        out.append({"reply": reply, "peer": peer})
+        out.append({"reply": reply, "peer": peer, "cookie": cookie})
     except OSError as e:
         out.append({"error": e.errno})
     finally:
@@ -75,7 +85,8 @@ def clients(ns: str, host: str, port: int, *, cgroup_path: str = "", proto: str 
 @contextmanager
 def server(ns: str, ip: str, port: int, answer: str, *, udp: bool = False) -> Iterator[None]:
     """A listener in ``ns`` on ``ip:port`` that answers every connection (datagram) ``answer``."""
-    sock = netns_socket(ns, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    sock = _netns_socket(ns, family, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((ip, port))
     if not udp:
@@ -104,6 +115,33 @@ def server(ns: str, ip: str, port: int, answer: str, *, udp: bool = False) -> It
         stop.set()
         thread.join(timeout=5)
         sock.close()
+
+
+def _netns_socket(ns: str, family: int, kind: int) -> socket.socket:
+    """A socket of ``family``/``kind`` made by a short-lived thread that entered ``ns``."""
+    box: list[socket.socket | BaseException] = []
+
+    def enter_and_open() -> None:
+        try:
+            fd = os.open(f"/run/netns/{ns}", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                if _LIBC.setns(fd, CLONE_NEWNET) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"setns({ns}): {os.strerror(err)}")
+            finally:
+                os.close(fd)
+            box.append(socket.socket(family, kind))
+        except BaseException as e:  # handed to the caller
+            box.append(e)
+
+    thread = threading.Thread(target=enter_and_open, name=f"open-in-{ns}", daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    if not box:
+        raise RuntimeError(f"opening a socket in {ns} did not finish")
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
 
 
 def dumps(obj: object) -> str:
