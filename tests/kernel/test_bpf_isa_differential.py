@@ -9,7 +9,22 @@ import random
 
 import pytest
 
-from emulation.bpf import R0, R1, R2, R3, R9, R10, AluOp, Asm, AtomicOp, Helper, JmpOp, MapSpec, MapType, ProgType
+from emulation.bpf import (
+    R0,
+    R1,
+    R2,
+    R3,
+    R9,
+    R10,
+    AluOp,
+    Asm,
+    AtomicOp,
+    Helper,
+    JmpOp,
+    MapSpec,
+    MapType,
+    ProgType,
+)
 from kproxy.kernel.bpf import BpfKernel, EmulatedBpf, ProgramSpec
 from kproxy.kernel.linux_bpf import LinuxBpf
 from tests.conftest import require_kernel
