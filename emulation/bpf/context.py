@@ -213,6 +213,20 @@ SKB_LEN, SKB_MARK, SKB_PROTOCOL, SKB_IFINDEX = 0, 8, 16, 40
 SKB_DATA, SKB_DATA_END, SKB_DATA_META = 76, 80, 140
 
 
+def _skb_fields() -> tuple[_Field, ...]:
+    ro = [(0, 8), (16, 48), (68, 72), (84, 140)]
+    rw = [(8, 12), (12, 16), (32, 36), (44, 48), (48, 68), (72, 76)]
+    fields = [_Field(a, a + 4, False, True) for s, e in ro for a in range(s, e, 4)]
+    fields += [_Field(a, a + 4, True, True) for s, e in rw for a in range(s, e, 4)]
+    fields += [_Field(SKB_DATA, SKB_DATA + 4, False, False),
+               _Field(SKB_DATA_END, SKB_DATA_END + 4, False, False),
+               _Field(SKB_DATA_META, SKB_DATA_META + 4, False, False)]
+    return tuple(fields)
+
+
+_SKB_FIELDS = _skb_fields()
+
+
 @dataclass(slots=True, kw_only=True)
 class SkBuff:
     """A packet at a tc hook as ``BPF_PROG_TEST_RUN`` builds it (``struct __sk_buff``).
@@ -243,13 +257,6 @@ class SkBuff:
         raw[SKB_PROTOCOL:SKB_PROTOCOL + 4] = proto.to_bytes(4, "little")
         raw[36:40] = self.ingress_ifindex.to_bytes(4, "little")
         raw[SKB_IFINDEX:SKB_IFINDEX + 4] = self.ifindex.to_bytes(4, "little")
-        ro = [(0, 8), (16, 48), (68, 72), (84, 140)]
-        rw = [(8, 12), (12, 16), (32, 36), (44, 48), (48, 68), (72, 76)]
-        fields = [_Field(a, a + 4, False, True) for s, e in ro for a in range(s, e, 4)]
-        fields += [_Field(a, a + 4, True, True) for s, e in rw for a in range(s, e, 4)]
-        fields += [_Field(SKB_DATA, SKB_DATA + 4, False, False),
-                   _Field(SKB_DATA_END, SKB_DATA_END + 4, False, False),
-                   _Field(SKB_DATA_META, SKB_DATA_META + 4, False, False)]
         pointers = {SKB_DATA: Ptr(packet, 0), SKB_DATA_END: Ptr(packet, len(packet.data)),
                     SKB_DATA_META: Ptr(packet, 0)}
-        return CtxRegion(raw, "__sk_buff", tuple(fields), pointers)
+        return CtxRegion(raw, "__sk_buff", _SKB_FIELDS, pointers)

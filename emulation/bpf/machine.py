@@ -91,6 +91,14 @@ def _sx(v: int, bits: int) -> int:
     return v - (1 << bits) if v >> (bits - 1) else v
 
 
+#: Load/store widths by the opcode's size bits.
+_NBYTES = {0x00: 4, 0x08: 2, 0x10: 1, 0x18: 8}
+_ALU_CLASSES = (int(Class.ALU), int(Class.ALU64))
+_JMP_CLASSES = (int(Class.JMP), int(Class.JMP32))
+_LDX, _ALU64, _JMP32 = int(Class.LDX), int(Class.ALU64), int(Class.JMP32)
+_STORES = (int(Class.ST), int(Class.STX))
+
+
 class _Frame:
     __slots__ = ("ret_pc", "saved", "stack")
 
@@ -117,6 +125,18 @@ class Machine:
         self.clock_ns = clock_ns
         self.rng = rng if rng is not None else random.Random(0)
         self.max_insns = max_insns
+        self._decoded: dict[bytes, tuple[Insn, ...]] = {}
+
+    def _insns(self, code: bytes | tuple[Insn, ...]) -> tuple[Insn, ...]:
+        if not isinstance(code, bytes | bytearray):
+            return tuple(code)
+        key = bytes(code)
+        insns = self._decoded.get(key)
+        if insns is None:
+            if len(self._decoded) > 64:
+                self._decoded.clear()
+            insns = self._decoded[key] = decode(key)
+        return insns
 
     # ---- public -------------------------------------------------------------------
     def run(self, code: bytes | tuple[Insn, ...], ctx: SockAddr | SkBuff | None = None) -> RunResult:
@@ -125,7 +145,7 @@ class Machine:
         Raises:
             BpfFault: the program did what the kernel refuses (message names pc and insn).
         """
-        return self._run(_as_insns(code), ctx, self.maps, Env(maps=self.maps, names=self.names,
+        return self._run(self._insns(code), ctx, self.maps, Env(maps=self.maps, names=self.names,
                                                               rng=self.rng, clock_ns=self.clock_ns))
 
     def enumerate(self, code: bytes | tuple[Insn, ...], ctx: SockAddr | SkBuff | None = None,
@@ -139,7 +159,7 @@ class Machine:
             BpfFault: as :meth:`run`; also when the random value is used other than ``% n``,
                 or the paths exceed ``max_paths``.
         """
-        insns = _as_insns(code)
+        insns = self._insns(code)
         out: list[RunResult] = []
         pending: list[tuple[int, ...]] = [()]
         while pending:
@@ -207,14 +227,14 @@ class Machine:
               frames: list[_Frame], packet: Region | None) -> int | None:
         op = insn.opcode
         cls = op & 0x07
-        if cls in (Class.ALU, Class.ALU64):
-            _alu(insn, regs, env, cls == Class.ALU64)
+        if cls in _ALU_CLASSES:
+            _alu(insn, regs, env, cls == _ALU64)
             return pc + 1
-        if cls in (Class.JMP, Class.JMP32):
-            return self._jmp(insn, pc, regs, env, frames, cls == Class.JMP32)
-        if cls == Class.LDX:
+        if cls in _JMP_CLASSES:
+            return self._jmp(insn, pc, regs, env, frames, cls == _JMP32)
+        if cls == _LDX:
             src = _ptr(regs, insn.src)
-            size = Size(op & 0x18).nbytes
+            size = _NBYTES[op & 0x18]
             v = src.region.load(src.off + insn.off, size)
             if op & 0xE0 == Mode.MEMSX and isinstance(v, int):
                 v = _sx(v, size * 8) & _M64
@@ -222,9 +242,9 @@ class Machine:
                 raise BpfFault(f"unknown LDX mode {op & 0xE0:#x}")
             _set(regs, insn.dst, v)
             return pc + 1
-        if cls in (Class.ST, Class.STX):
+        if cls in _STORES:
             dst = _ptr(regs, insn.dst)
-            size = Size(op & 0x18).nbytes
+            size = _NBYTES[op & 0x18]
             mode = op & 0xE0
             if mode == Mode.ATOMIC and cls == Class.STX:
                 _atomic(insn, dst, size, regs)
@@ -310,10 +330,6 @@ class Machine:
         a = _get(regs, insn.dst)
         b: Value = _get(regs, insn.src) if insn.opcode & 0x08 else insn.imm & _M64
         return pc + 1 + insn.off if _compare(op, a, b, is32) else pc + 1
-
-
-def _as_insns(code: bytes | tuple[Insn, ...]) -> tuple[Insn, ...]:
-    return decode(code) if isinstance(code, bytes | bytearray) else tuple(code)
 
 
 def _show(insn: Insn) -> str:
