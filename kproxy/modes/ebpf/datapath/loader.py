@@ -2,7 +2,7 @@
 them to a cgroup, and closing everything (which detaches it).
 
 The maps are created from :func:`kproxy.modes.ebpf.layout.map_spec` (Cilium's names, types and
-sizes; ``max_entries`` may be lowered, for tests), the programs from :mod:`.sock`; every fd is
+sizes; ``max_entries`` may replace Cilium's default), the programs from :mod:`.sock`; every fd is
 owned by the :class:`SockLB` and closed by :meth:`SockLB.close`, links first.
 """
 
@@ -30,10 +30,11 @@ _NAMES = {
 
 
 def kernel_spec(spec: layout.MapSpec, *, max_entries: int | None = None) -> MapSpec:
-    """The ``BPF_MAP_CREATE`` spec of a layout map (``max_entries`` lowered when given)."""
+    """The ``BPF_MAP_CREATE`` spec of a layout map (``max_entries`` replacing Cilium's default,
+    ``--bpf-lb-map-max``, when given)."""
     inner = kernel_spec(spec.inner) if spec.inner is not None else None
     return MapSpec(type=MapType(int(spec.type)), key_size=spec.key_size, value_size=spec.value_size,
-                   max_entries=min(spec.max_entries, max_entries or spec.max_entries),
+                   max_entries=max_entries or spec.max_entries,
                    flags=spec.flags, name=spec.kernel_name, inner=inner)
 
 
