@@ -58,9 +58,27 @@ print(json.dumps(out))
 """
 
 
+def cleanup_stale_cgroups() -> None:
+    """Remove empty ``kproxy-test-*`` cgroups an earlier, killed run left (pid no longer alive)."""
+    for name in os.listdir(CGROUP_ROOT):
+        pid = name.rsplit("-", 1)[-1]
+        if not name.startswith("kproxy-test-") or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            try:
+                os.rmdir(os.path.join(CGROUP_ROOT, name))
+            except OSError:
+                pass  # still has processes: left alone
+        except PermissionError:
+            pass
+
+
 @contextmanager
 def cgroup(tag: str) -> Iterator[str]:
     """A new cgroup v2 folder ``kproxy-test-<tag>-<pid>``; removed after."""
+    cleanup_stale_cgroups()
     path = os.path.join(CGROUP_ROOT, f"kproxy-test-{tag}-{os.getpid()}")
     os.mkdir(path)
     try:
