@@ -9,6 +9,7 @@ its own sockets are translated.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -67,10 +68,8 @@ def cleanup_stale_cgroups() -> None:
         try:
             os.kill(int(pid), 0)
         except ProcessLookupError:
-            try:
+            with contextlib.suppress(OSError):  # still has processes: left alone
                 os.rmdir(os.path.join(CGROUP_ROOT, name))
-            except OSError:
-                pass  # still has processes: left alone
         except PermissionError:
             pass
 
