@@ -9,6 +9,7 @@ as kube-proxy does, with one warning line on stderr naming them.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from kproxy.cli.flags import (
@@ -23,8 +24,9 @@ from kproxy.cli.flags import (
 )
 from kproxy.config import Command, RunConfig, build_run_config
 from kproxy.config.defaults import DEFAULT_RENDER_MODE
-from kproxy.config.flags import IPVS_ONLY_FLAGS
+from kproxy.config.flags import EBPF_ONLY_FLAGS, IPVS_ONLY_FLAGS
 from kproxy.modes import rendered_modes
+from kproxy.modes.ebpf import EbpfConfig, render_maps, to_document, to_table
 from kproxy.modes.iptables import IptablesConfig, render_full
 from kproxy.modes.ipvs import IpvsConfig
 from kproxy.modes.ipvs import render as render_ipvs
@@ -45,12 +47,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     "these manifests on this node (a full sync of the primary family; load it with "
                     "iptables-restore --noflush, after the jump rules). With --proxy-mode ipvs, print "
                     "three sections headed '# ==> TITLE': the ipvsadm-save -n text, the ipset save "
-                    "text and the iptables-restore input.")
+                    "text and the iptables-restore input. With --proxy-mode ebpf, print Cilium's service "
+                    "maps as cilium-dbg bpf lb list does, or with --json a stable document (see README).")
     add_manifests_flag(parser, required=True)
     add_config_flag(parser)
     add_rule_flags(parser, modes=rendered_modes(), default_mode=DEFAULT_RENDER_MODE,
                    mode_help="the proxy mode rendered")
     add_node_flags(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="ebpf mode: print the maps as the JSON document of the README")
     parser.set_defaults(handler=run, subparser=parser)
 
 
@@ -80,6 +85,19 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     manifests = read_manifests(config.source.manifests)
     print_problems(manifests)
     snapshot = snapshot_of(config, manifests)
+    if config.proxy_mode == "ebpf":
+        warn_ignored(flags_in(config.given, IPVS_ONLY_FLAGS), only="--proxy-mode ipvs",
+                     why="ignored in ebpf mode")
+        maps = render_maps(snapshot, EbpfConfig.from_run(config))
+        if getattr(args, "json", False):
+            sys.stdout.write(json.dumps(to_document(maps), indent=2) + "\n")
+        else:
+            sys.stdout.write(to_table(maps))
+        return 0
+    if getattr(args, "json", False):
+        warn("--json: only --proxy-mode ebpf prints JSON; ignored")
+    warn_ignored(flags_in(config.given, EBPF_ONLY_FLAGS), only="--proxy-mode ebpf",
+                 why=f"ignored in {config.proxy_mode} mode")
     if config.proxy_mode == "ipvs":
         out = render_ipvs(snapshot, IpvsConfig.from_run(config))
         sys.stdout.write("".join(f"{IPVS_SECTION_PREFIX}{title}\n{text}" for title, text in (

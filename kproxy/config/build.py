@@ -350,7 +350,7 @@ def _ignored(given: Given, command: Command, mode: str) -> tuple[str, ...]:
     if command is not Command.RUN:
         return ()
     if mode == "userspace":
-        unused: tuple[str, ...] = KERNEL_ONLY_FLAGS
+        unused: tuple[str, ...] = KERNEL_ONLY_FLAGS + EBPF_ONLY_FLAGS
     else:
         unused = USERSPACE_ONLY_FLAGS + (IPVS_ONLY_FLAGS if mode in ("iptables", "ebpf") else ())
         unused += EBPF_ONLY_FLAGS if mode != "ebpf" else ()

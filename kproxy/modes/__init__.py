@@ -53,7 +53,7 @@ MODES: dict[str, ModeInfo] = {
                  summary="kube-proxy's nftables table (sets and verdict maps; render only)", runs=False),
         ModeInfo(name="ipvs", package="kproxy.modes.ipvs", kernel=True, renders=True,
                  summary="kube-proxy's IPVS virtual servers, ipsets and iptables rules"),
-        ModeInfo(name="ebpf", package="kproxy.modes.ebpf", kernel=True, renders=False,
+        ModeInfo(name="ebpf", package="kproxy.modes.ebpf", kernel=True, renders=True,
                  summary="Cilium's eBPF service maps (socket-LB and tc; render only)", runs=False),
     )
 }

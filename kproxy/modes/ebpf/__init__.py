@@ -2,8 +2,17 @@
 
 - :mod:`kproxy.modes.ebpf.layout`: the exact bytes of Cilium's map keys and values, IPv4 and
   IPv6, and the maps as Cilium creates them (:data:`MAP_SPECS`).
+- :mod:`kproxy.modes.ebpf.maglev`: Maglev tables as Cilium's ``pkg/maglev``.
+- :mod:`kproxy.modes.ebpf.config`: the node addresses and Cilium's load-balancing flags.
+- :mod:`kproxy.modes.ebpf.frontends`: the frontends, flags and backends of a service port.
+- :mod:`kproxy.modes.ebpf.render`: the map contents with Cilium's agent layout rules, stable
+  ids, and the partial-sync diff (:class:`MapState`).
+- :mod:`kproxy.modes.ebpf.document`: ``kproxy render --proxy-mode ebpf`` (table and JSON).
 """
 
+from kproxy.modes.ebpf.config import EbpfConfig
+from kproxy.modes.ebpf.document import to_document, to_table
+from kproxy.modes.ebpf.frontends import FrontendPlan, FrontendType, plan_frontends
 from kproxy.modes.ebpf.layout import (
     AFFINITY_TIMEOUT_MASK,
     BPF_F_NO_PREALLOC,
@@ -38,6 +47,9 @@ from kproxy.modes.ebpf.layout import (
     map_specs,
     unpack_backend_key,
 )
+from kproxy.modes.ebpf.maglev import MaglevConfig, lookup_table
+from kproxy.modes.ebpf.render import EbpfMaps, MapOp, MapState, OpKind, RenderedFrontend
+from kproxy.modes.ebpf.render import render as render_maps
 
 __all__ = [
     "AFFINITY_TIMEOUT_MASK",
@@ -52,10 +64,19 @@ __all__ = [
     "AffinityValue",
     "Backend",
     "BackendState",
+    "EbpfConfig",
+    "EbpfMaps",
+    "FrontendPlan",
+    "FrontendType",
     "LBAlgorithm",
+    "MaglevConfig",
     "MaglevOuterKey",
+    "MapOp",
     "MapSpec",
+    "MapState",
     "MapType",
+    "OpKind",
+    "RenderedFrontend",
     "ReverseNat",
     "ReverseNatKey",
     "Scope",
@@ -67,9 +88,14 @@ __all__ = [
     "SockRevNatKey",
     "SourceRangeKey",
     "backend_key",
+    "lookup_table",
     "maglev_inner_pack",
     "maglev_inner_unpack",
     "map_spec",
     "map_specs",
+    "plan_frontends",
+    "render_maps",
+    "to_document",
+    "to_table",
     "unpack_backend_key",
 ]
