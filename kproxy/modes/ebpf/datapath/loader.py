@@ -8,6 +8,7 @@ owned by the :class:`SockLB` and closed by :meth:`SockLB.close`, links first.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from emulation.bpf import AttachType, MapSpec, MapType, ProgType
@@ -16,6 +17,7 @@ from kproxy.kernel.bpf import BpfKernel, ProgramSpec
 from kproxy.model import IPFamily
 from kproxy.modes.ebpf import layout
 from kproxy.modes.ebpf.datapath.sock import FORWARD_HOOKS, REVERSE_HOOKS, SOCK_MAPS, sock_program
+from kproxy.modes.ebpf.render import MapOp, OpKind
 
 __all__ = ["SockLB", "kernel_spec"]
 
@@ -81,6 +83,56 @@ class SockLB:
             lb.close()
             raise
         return lb
+
+    def by_cilium_name(self) -> dict[str, int]:
+        """Cilium's map name (``cilium_lb4_services_v2`` ...) -> fd, for the maps loaded here."""
+        out: dict[str, int] = {}
+        for (family, name), fd in self.maps.items():
+            out[layout.map_spec(SOCK_MAPS[name], family).name] = fd
+        return out
+
+    def fill(self, entries: Mapping[str, Mapping[bytes, bytes]], *, batch: int = 8192) -> int:
+        """Write a full rendering (:meth:`kproxy.modes.ebpf.render.EbpfMaps.entries`) into the
+        maps socket-LB reads, backends first; the other maps' entries are not socket-LB's.
+
+        Returns:
+            The number of syscalls made.
+
+        Raises:
+            KernelError: an entry was refused.
+        """
+        fds = self.by_cilium_name()
+        calls = 0
+        for name in sorted(entries, key=lambda n: "backends" not in n):
+            if name in fds:
+                items = list(entries[name].items())
+                for i in range(0, len(items), batch):
+                    calls += self.kernel.update_batch(fds[name], items[i:i + batch])
+        return calls
+
+    def apply(self, ops: Iterable[MapOp]) -> int:
+        """Apply a partial sync's operations (:meth:`kproxy.modes.ebpf.render.MapState.sync`),
+        in their order, to the maps loaded here; a delete of an absent key is fine.
+
+        Returns:
+            The number of map operations made.
+
+        Raises:
+            KernelError: an update was refused.
+        """
+        fds = self.by_cilium_name()
+        done = 0
+        for op in ops:
+            fd = fds.get(op.map)
+            if fd is None:
+                continue
+            if op.kind is OpKind.UPDATE:
+                assert op.value is not None
+                self.kernel.update(fd, op.key, op.value)
+            else:
+                self.kernel.delete(fd, op.key)
+            done += 1
+        return done
 
     def fd(self, family: IPFamily, name: str) -> int:
         """The fd of map ``name`` (``services``, ``backends``, ...) of ``family``."""
