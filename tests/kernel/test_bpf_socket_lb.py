@@ -6,6 +6,8 @@ when nothing is translated)."""
 from __future__ import annotations
 
 import errno
+import socket
+import time
 from collections.abc import Iterator
 from contextlib import ExitStack
 
@@ -16,14 +18,23 @@ from kproxy.kernel.bpf import EmulatedBpf
 from kproxy.kernel.linux_bpf import LinuxBpf
 from kproxy.model import IPFamily
 from kproxy.modes.ebpf.datapath import SockLB
-from kproxy.modes.ebpf.layout import ServiceFlag
+from kproxy.modes.ebpf.layout import (
+    AffinityKey,
+    AffinityMatchKey,
+    AffinityValue,
+    Backend,
+    ServiceFlag,
+    backend_key,
+)
 from tests.bpf_services import Svc, put, remove
 from tests.conftest import require_kernel
 from tests.kernel.bpf_cgroup import cgroup, clients, server
+from tests.kernel.harness import netns_socket
 from tests.kernel.netns import netns, sh
 
 pytestmark = pytest.mark.kernel
 KERNEL_TOOLS = ("nsenter",)
+SO_NETNS_COOKIE = 71  # asm-generic/socket.h
 
 WEB = Svc(vip="10.96.0.10", port=80, rev_nat_index=1,
           backends=((1, "127.0.0.1", 8081), (2, "127.0.0.1", 8082), (3, "127.0.0.1", 8083)))
@@ -99,6 +110,36 @@ def test_a_process_outside_the_cgroup_is_not_translated(node: Node) -> None:
 def test_affinity_keeps_one_backend_for_the_namespace(node: Node) -> None:
     """With ClientIP affinity every connect from the namespace gets the same backend."""
     assert len(_replies(node.run(STICKY.vip, 80, count=15))) == 1
+
+
+def test_affinity_holds_within_its_timeout_then_expires(node: Node) -> None:
+    """An affinity entry for the namespace wins while fresh (its backend is not in any slot);
+    once older than the timeout it is dropped and the slot's backend is chosen."""
+    pinned = Svc(vip="10.96.0.13", port=80, rev_nat_index=6, flags=ServiceFlag.AFFINITY,
+                 affinity_timeout_s=60, backends=((10, "127.0.0.1", 8081),))
+    put(node.k, node.lb, pinned)
+    fam = IPFamily.IPv4
+    node.k.update(node.lb.fd(fam, "backends"), backend_key(11),
+                  Backend(address="127.0.0.1", port=8083).pack())
+    node.k.update(node.lb.fd(fam, "affinity_match"),
+                  AffinityMatchKey(backend_id=11, rev_nat_id=6).pack(), b"\x01")
+    probe = netns_socket(node.ns, socket.SOCK_STREAM)
+    try:
+        cookie = int.from_bytes(probe.getsockopt(socket.SOL_SOCKET, SO_NETNS_COOKIE, 8), "little")
+    finally:
+        probe.close()
+    key = AffinityKey(family=fam, rev_nat_id=6, netns_cookie=cookie).pack()
+    affinity = node.lb.fd(fam, "affinity")
+    try:
+        node.k.update(affinity, key, AffinityValue(last_used=int(time.monotonic()), backend_id=11).pack())
+        fresh = _replies(node.run(pinned.vip, 80, count=3))
+        node.k.update(affinity, key, AffinityValue(last_used=int(time.monotonic()) - 120,
+                                                   backend_id=11).pack())
+        expired = _replies(node.run(pinned.vip, 80, count=3))
+        renewed = AffinityValue.unpack(node.k.lookup(affinity, key) or bytes(16))
+    finally:
+        remove(node.k, node.lb, pinned)
+    assert fresh == {"b3"} and expired == {"b1"} and renewed.backend_id == 10
 
 
 def test_connected_udp_reaches_a_backend_and_shows_the_service(node: Node) -> None:
