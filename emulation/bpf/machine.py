@@ -259,7 +259,7 @@ class Machine:
         return self._ld(insn, pc, insns, regs, env, packet)
 
     def _ld(self, insn: Insn, pc: int, insns: tuple[Insn, ...], regs: list[Value], env: Env,
-            packet: Region | None) -> int:
+            packet: Region | None) -> int | None:
         op = insn.opcode
         mode = op & 0xE0
         if op == Class.LD | Size.DW | Mode.IMM:
@@ -296,8 +296,8 @@ class Machine:
             for r in range(1, 6):
                 regs[r] = UNINIT
             if off < 0 or off + size > len(packet.data):
-                regs[0] = 0
-                return len(insns) - 1 if insns[-1].opcode == Class.JMP | JmpOp.EXIT else pc + 1
+                regs[0] = 0  # out of the packet: the program ends returning 0, as the kernel's
+                return None
             regs[0] = int.from_bytes(packet.data[off:off + size], "big")
             return pc + 1
         raise BpfFault(f"unknown opcode {op:#04x}")

@@ -234,6 +234,10 @@ class EmulatedBpf:
         self.maps: dict[int, BpfMap] = {}
         self.programs: dict[int, ProgramSpec] = {}
         self.links: dict[int, LinkInfo] = {}
+        # Closed fds whose objects the kernel would keep alive: maps a loaded program names,
+        # programs a link holds. Emulated fds are never reused, so these cannot collide.
+        self._retired_maps: dict[int, BpfMap] = {}
+        self._retired_programs: dict[int, ProgramSpec] = {}
         self.clock_ns = clock_ns
         self.rng = rng if rng is not None else random.Random(0)
         self.syscalls = 0
@@ -250,7 +254,8 @@ class EmulatedBpf:
 
     def machine(self) -> Machine:
         """A machine over this kernel's maps (fds as the programs name them)."""
-        return Machine(self.maps, names={fd: m.spec.name for fd, m in self.maps.items()},
+        maps = {**self._retired_maps, **self.maps}
+        return Machine(maps, names={fd: m.spec.name for fd, m in maps.items()},
                        clock_ns=self.clock_ns, rng=self.rng)
 
     # ---- maps --------------------------------------------------------------------
@@ -353,12 +358,16 @@ class EmulatedBpf:
         return TestRun(retval=res.ret32, data=res.packet)
 
     def close(self, fd: int) -> None:
-        """See :meth:`BpfKernel.close`."""
-        for table in (self.links, self.programs, self.maps):
-            if fd in table:
-                del table[fd]
-                return
-        raise KernelError(errno.EBADF, f"fd {fd} is not open")
+        """See :meth:`BpfKernel.close`. As in the kernel, a map stays usable by the programs
+        that name it, and a program stays linked while a link holds it."""
+        if fd in self.links:
+            del self.links[fd]
+        elif fd in self.programs:
+            self._retired_programs[fd] = self.programs.pop(fd)
+        elif fd in self.maps:
+            self._retired_maps[fd] = self.maps.pop(fd)
+        else:
+            raise KernelError(errno.EBADF, f"fd {fd} is not open")
 
     # ---- the hooks ----------------------------------------------------------------
     def run_sock_addr(self, cgroup: str, ctx: SockAddr) -> RunResult | None:
@@ -377,8 +386,9 @@ class EmulatedBpf:
         chain.sort(key=lambda link: -len(link.cgroup))
         result = None
         for link in chain:
+            spec = self.programs.get(link.prog_fd) or self._retired_programs[link.prog_fd]
             try:
-                result = self.machine().run(self.programs[link.prog_fd].code, ctx)
+                result = self.machine().run(spec.code, ctx)
             except BpfFault as e:
                 raise _kernel_error(e, f"program at {ctx.attach.name}") from None
             assert isinstance(result.ctx, SockAddr)

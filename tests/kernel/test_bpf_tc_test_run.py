@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from emulation.bpf import ProgType
+from emulation.bpf import R0, R1, R2, R6, R7, Asm, ProgType
 from kproxy.kernel.bpf import BpfKernel, EmulatedBpf, ProgramSpec, TestRun
 from kproxy.kernel.linux_bpf import LinuxBpf
 from tests.conftest import require_kernel
@@ -74,3 +74,24 @@ def test_kernel_test_run_agrees_with_the_machine_on_every_packet() -> None:
         assert (linux[name].retval, linux[name].data.hex()) == \
             (emulated[name].retval, emulated[name].data.hex()), name
     assert hits_l == hits_e and keys_l == keys_e
+
+
+def _legacy_loads() -> bytes:
+    """r0 = the IPv4 protocol byte (LD ABS) xor the destination port (LD IND); 0 past the end."""
+    a = Asm().mov(R6, R1).ld_abs(1, 23).mov(R7, R0).mov(R2, 2).ld_ind(2, R2, 34).xor(R0, R7).exit()
+    return a.assemble()
+
+
+@pytest.mark.kernel
+def test_legacy_packet_loads_agree_with_the_kernel() -> None:
+    """LD ABS and LD IND give the kernel's values, and its 0 past the packet's end."""
+    require_kernel()
+    codes = {}
+    for k in (LinuxBpf(), EmulatedBpf()):
+        prog = k.load_program(ProgramSpec(type=ProgType.SCHED_CLS, name="ldabs", code=_legacy_loads()))
+        try:
+            codes[type(k).__name__] = [k.test_run(prog, pkt).retval for pkt in PACKETS.values()]
+        finally:
+            k.close(prog)
+    assert codes["LinuxBpf"] == codes["EmulatedBpf"]
+    assert codes["EmulatedBpf"][0] == 6 ^ 80

@@ -207,3 +207,43 @@ def test_a_helper_argument_never_written_is_refused() -> None:
     a.call(Helper.SKB_STORE_BYTES).mov(R0, 0).exit()
     with pytest.raises(BpfFault, match="r5"):
         Machine({}).run(a.assemble(), SkBuff(packet=_udp_frame()))
+
+
+def test_legacy_packet_loads_are_big_endian_and_end_the_program_past_the_packet() -> None:
+    """LD ABS/IND read network order; a load past the end returns 0 at once."""
+    frame = _udp_frame()
+    a = Asm().mov(R6, R1).ld_abs(2, 12).mov(R7, R0).mov(R2, 2).ld_ind(1, R2, 21).lsh(R7, 8).or_(R0, R7)
+    a.exit()
+    assert Machine({}).run(a.assemble(), SkBuff(packet=frame)).ret == (0x0800 << 8) | 17
+    b = Asm().mov(R6, R1).ld_abs(4, 1000).mov(R0, 7).exit()
+    assert Machine({}).run(b.assemble(), SkBuff(packet=frame)).ret == 0
+
+
+def test_map_value_pseudo_load_points_into_an_array_value() -> None:
+    """lddw BPF_PSEUDO_MAP_VALUE gives a pointer into element 0 at the offset given."""
+    m = _map(MapType.ARRAY, value=16, n=1)
+    m.update(bytes(4), bytes(range(16)))
+    a = Asm().ld_map_value(R1, "m", 4).ldx(4, R0, R1, 0).exit()
+    assert Machine({3: m}).run(a.assemble({"m": 3})).ret == int.from_bytes(bytes(range(4, 8)), "little")
+
+
+def test_array_of_maps_lookup_from_a_program() -> None:
+    """An array of maps hands its inner map to the next lookup; an empty index is NULL."""
+    inner_spec = MapSpec(type=MapType.HASH, key_size=4, value_size=4, max_entries=2)
+    inner = new_map(inner_spec, 10)
+    inner.update(bytes(4), (5).to_bytes(4, "little"))
+    outer = new_map(MapSpec(type=MapType.ARRAY_OF_MAPS, key_size=4, value_size=4, max_entries=2,
+                            inner=inner_spec), 4)
+    outer.update(bytes(4), inner)
+    for index, expected in ((0, 5), (1, 99)):
+        a = Asm().st(4, R10, -4, index).ld_map(R1, "o").mov(R2, R10).add(R2, -4)
+        a.call(Helper.MAP_LOOKUP_ELEM).jeq(R0, 0, "none").mov(R1, R0).st(4, R10, -8, 0)
+        a.mov(R2, R10).add(R2, -8).call(Helper.MAP_LOOKUP_ELEM).jeq(R0, 0, "none").ldx(4, R0, R0, 0)
+        a.exit().label("none").mov(R0, 99).exit()
+        assert Machine({4: outer}).run(a.assemble({"o": 4})).ret == expected
+
+
+def test_a_fault_names_the_pc_and_the_instruction() -> None:
+    """The error says where: pc, opcode and registers."""
+    with pytest.raises(BpfFault, match=r"pc 1 \(op 0x61 dst r0 src r2"):
+        Machine({}).run(Asm().mov(R2, 5).ldx(4, R0, R2, 0).exit().assemble())

@@ -69,3 +69,20 @@ def test_a_program_cannot_attach_at_another_hook() -> None:
                                       attach=AttachType.CGROUP_INET4_CONNECT))
     with pytest.raises(KernelError):
         k.attach_cgroup(prog, "/cg", AttachType.CGROUP_INET4_GETPEERNAME)
+
+
+def test_closed_map_and_program_fds_stay_alive_while_referenced() -> None:
+    """As the kernel's reference counts: a linked program runs after its fd and its map's fd
+    are closed."""
+    k = EmulatedBpf()
+    m = k.create_map(MapSpec(type=MapType.ARRAY, key_size=4, value_size=4, max_entries=1))
+    k.update(m, bytes(4), (1).to_bytes(4, "little"))
+    code = Asm().ld_map_value(R0, "m").ldx(4, R0, R0, 0).exit().assemble({"m": m})
+    prog = k.load_program(ProgramSpec(type=ProgType.CGROUP_SOCK_ADDR, code=code, name="c",
+                                      attach=AttachType.CGROUP_INET4_CONNECT))
+    k.attach_cgroup(prog, "/cg", AttachType.CGROUP_INET4_CONNECT)
+    k.close(prog)
+    k.close(m)
+    res = k.run_sock_addr("/cg", SockAddr(attach=AttachType.CGROUP_INET4_CONNECT, user_ip="1.2.3.4",
+                                          user_port=1))
+    assert res is not None and res.ret32 == 1
