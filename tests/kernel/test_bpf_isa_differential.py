@@ -46,7 +46,7 @@ def _value(rng: random.Random) -> int:
 def _case(a: Asm, rng: random.Random, i: int) -> None:
     x, y = _value(rng), _value(rng)
     a.ld_imm64(R1, x).ld_imm64(R2, y)
-    kind = rng.randrange(6)
+    kind = rng.randrange(8)
     wide = rng.random() < 0.5
     if kind <= 1:  # ALU with a register or an immediate operand
         op = rng.choice(_ALU)
@@ -72,6 +72,12 @@ def _case(a: Asm, rng: random.Random, i: int) -> None:
         src = R2 if kind == 3 else rng.choice([0, 1, -1, 0x7FFF_FFFF, -0x8000_0000, rng.getrandbits(16)])
         a.jump(op, R1, src, f"t{i}", jmp32=wide).mov(R1, 0).ja(f"e{i}").label(f"t{i}").mov(R1, 1)
         a.label(f"e{i}")
+    elif kind == 6:  # sign-extending and narrow loads of a stored value
+        a.stx(8, R9, 8 * i, R1)
+        size = rng.choice([1, 2, 4])
+        a.ldx(size, R1, R9, 8 * i + rng.randrange(0, 8, size), signed=rng.random() < 0.6)
+    elif kind == 7:  # a local call: r0 = r1 * 3 - r2 in the callee, its stack its own
+        a.stx(8, R10, -16, R2).call_local("callee").ldx(8, R2, R10, -16).add(R0, R2).mov(R1, R0)
     else:  # atomics on the output slot itself
         a.stx(8, R9, 8 * i, R1)
         op = rng.choice([AtomicOp.ADD, AtomicOp.OR, AtomicOp.AND, AtomicOp.XOR])
@@ -90,6 +96,8 @@ def _program(seed: int) -> Asm:
     for i in range(CASES):
         _case(a, rng, i)
     a.mov(R3, 0).mov(R0, R3).exit()
+    a.label("callee").stx(8, R10, -16, R1).mul(R1, 3).sub(R1, R2).ldx(8, R2, R10, -16).xor(R1, R2)
+    a.mov(R0, R1).exit()
     return a
 
 

@@ -101,7 +101,7 @@ def test_tcx_ingress_dnat_delivers_with_valid_checksums_and_detaches(nodes: tupl
     sender = netns_socket(client, socket.SOCK_RAW, socket.IPPROTO_UDP)
     try:
         backend.bind(("10.244.2.7", 5353))
-        backend.settimeout(1.5)
+        backend.settimeout(1.0)
         k.update(svc, service_key("10.96.0.10", 53, 17), backend_value("10.244.2.7", 5353))
         prog = k.load_program(ProgramSpec(type=ProgType.SCHED_CLS, name="tcx_dnat",
                                           code=tc_dnat().assemble({"svc": svc, "hits": hits})))
