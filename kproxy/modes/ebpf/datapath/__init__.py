@@ -1,0 +1,11 @@
+"""The eBPF mode's datapath: BPF programs kproxy assembles itself (no compiler).
+
+:mod:`.sock` has the socket-LB programs for the cgroup hooks (Cilium's ``bpf_sock.c`` logic
+over the maps of :mod:`kproxy.modes.ebpf.layout`); :mod:`.loader` creates the maps, loads and
+links the programs in a :class:`~kproxy.kernel.bpf.BpfKernel`, emulated or Linux.
+"""
+
+from kproxy.modes.ebpf.datapath.loader import SockLB, kernel_spec
+from kproxy.modes.ebpf.datapath.sock import FORWARD_HOOKS, REVERSE_HOOKS, sock_program
+
+__all__ = ["FORWARD_HOOKS", "REVERSE_HOOKS", "SockLB", "kernel_spec", "sock_program"]
