@@ -28,20 +28,34 @@ from collections.abc import Mapping
 
 from kproxy.errors import InvalidArgument
 
-__all__ = ["CONSISTENT_POINTS", "RestyChash", "crc32"]
+__all__ = ["CONSISTENT_POINTS", "RestyChash", "crc32", "wire_bytes"]
 
 #: Points per unit of weight (``CONSISTENT_POINTS`` in chash.lua).
 CONSISTENT_POINTS = 160
+
+
+def wire_bytes(text: str | bytes) -> bytes:
+    """The bytes nginx would see for ``text``.
+
+    The HTTP plane decodes header bytes as latin-1, so text of code points below 256 is encoded
+    back as latin-1 (the bytes on the wire); other text (only from a library caller) as UTF-8,
+    lone surrogates passed through.
+    """
+    if isinstance(text, bytes):
+        return text
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 def crc32(data: str | bytes) -> int:
     """Return nginx's ``ngx.crc32_short`` of ``data`` (the standard CRC-32, as an unsigned int).
 
     Args:
-        data: text (encoded as UTF-8, as Lua strings are bytes) or bytes.
+        data: bytes, or text turned into bytes by :func:`wire_bytes`.
     """
-    raw = data.encode() if isinstance(data, str) else data
-    return zlib.crc32(raw)
+    return zlib.crc32(wire_bytes(data))
 
 
 class RestyChash:
@@ -66,7 +80,7 @@ class RestyChash:
             weight = nodes[node_id]
             if not node_id or not isinstance(weight, int) or isinstance(weight, bool) or weight < 1:
                 raise InvalidArgument(f"RestyChash node {node_id!r} needs a positive int weight: {weight=}")
-            raw = node_id.encode()
+            raw = wire_bytes(node_id)
             prev = 0
             for _ in range(CONSISTENT_POINTS * weight):
                 prev = zlib.crc32(raw + prev.to_bytes(4, "little"))

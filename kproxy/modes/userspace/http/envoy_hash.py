@@ -28,6 +28,8 @@ from enum import StrEnum
 
 import xxhash
 
+from kproxy.modes.userspace.http.chash import wire_bytes
+
 __all__ = [
     "HashPolicy",
     "HashPolicyKind",
@@ -45,8 +47,8 @@ _MASK64 = (1 << 64) - 1
 
 
 def xxh64(data: str | bytes, seed: int = 0) -> int:
-    """``HashUtil::xxHash64``: the XXH64 of ``data`` (UTF-8 for text) as an unsigned 64-bit int."""
-    return xxhash.xxh64_intdigest(data.encode() if isinstance(data, str) else data, seed)
+    """``HashUtil::xxHash64``: the XXH64 of ``data`` (text as its wire bytes) as an unsigned 64-bit int."""
+    return xxhash.xxh64_intdigest(wire_bytes(data), seed)
 
 
 def rotl64(value: int, bits: int = 1) -> int:

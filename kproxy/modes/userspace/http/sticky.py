@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from kproxy.errors import InvalidArgument
 from kproxy.modes.userspace.http.annotations import AffinityMode, CookieAffinity
-from kproxy.modes.userspace.http.chash import RestyChash
+from kproxy.modes.userspace.http.chash import RestyChash, wire_bytes
 from kproxy.modes.userspace.http.cookies import (
     SetCookie,
     bake_set_cookie,
@@ -63,8 +63,8 @@ COOKIE_VALUE_DELIMITER = "|"
 
 
 def md5_hex(text: str) -> str:
-    """``ngx.md5``: 32 lowercase hex digits of the MD5 of ``text`` (UTF-8)."""
-    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
+    """``ngx.md5``: 32 lowercase hex digits of the MD5 of ``text`` (its :func:`wire_bytes`)."""
+    return hashlib.md5(wire_bytes(text), usedforsecurity=False).hexdigest()
 
 
 def upstream_name(namespace: str, service: str, port: int | str) -> str:
