@@ -80,6 +80,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                     help=f"on SIGINT/SIGTERM, how long open connections may finish (default "
                          f"{DEFAULT_DRAIN_TIMEOUT_S:g}s; a second SIGINT cuts it short; the kernel modes "
                          "hold no connections)")
+    l7 = parser.add_argument_group("HTTP (layer 7) plane")
+    l7.add_argument("--ingress-bind-address", default=_HIDE, metavar="IP:PORT",
+                    help="serve the Ingresses of --ingress-class over HTTP/1.1 here, as ingress-nginx "
+                         "(e.g. 127.0.0.1:8080; default: no listener)")
+    l7.add_argument("--ingress-class", default=_HIDE, metavar="NAME",
+                    help="the Ingress class served: spec.ingressClassName or the kubernetes.io/ingress.class "
+                         "annotation (default nginx; Ingresses with no class are served too)")
     sync = parser.add_argument_group("sync")
     sync.add_argument("--min-sync-period", default=_HIDE, metavar="D",
                       help=f"minimum time between syncs, a Go duration such as 1s or 250ms (default "

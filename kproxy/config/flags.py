@@ -15,6 +15,7 @@ from kproxy.config.kubeproxy import KubeProxyConfiguration, default_configuratio
 from kproxy.errors import ConfigError
 
 __all__ = [
+    "INGRESS_FLAGS",
     "IPVS_ONLY_FLAGS",
     "KERNEL_ONLY_FLAGS",
     "NODE_FLAGS",
@@ -39,12 +40,14 @@ KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodep
                      "--ipvs-scheduler")
 #: Flags only the ipvs mode uses.
 IPVS_ONLY_FLAGS = ("--ipvs-scheduler",)
+#: The HTTP (layer 7) plane's flags, honoured in every mode.
+INGRESS_FLAGS = ("--ingress-bind-address", "--ingress-class")
 #: Every flag :func:`~kproxy.config.build.build_run_config` reads.
 RUN_FLAGS = frozenset({
     "--manifests", "--kubeconfig", "--master", "--config", "--service-proxy-name", *NODE_FLAGS,
     *RULE_FLAGS, "--kernel", "--min-sync-period", "--sync-period", *USERSPACE_ONLY_FLAGS,
     "--healthz-bind-address", "--metrics-bind-address", "--healthcheck-bind-addresses", "--log-format",
-    "--log-level"})
+    "--log-level", *INGRESS_FLAGS})
 
 #: ``--config`` fields ``kproxy run`` honours in every mode ...
 _HONOURED = frozenset({
