@@ -126,7 +126,8 @@ def kproxy_run(manifests: Path, tmp: Path, *extra: str) -> Iterator[Kproxy]:
     log = tmp / "kproxy.log"
     cmd = [str(Path(sys.executable).parent / "kproxy"), "run", "-f", str(manifests), "--hostname-override",
            "node-a", "--ingress-bind-address", listen, "--healthz-bind-address", "",
-           "--metrics-bind-address", "", "--min-sync-period", "0", "--loopback-block", "127.62.0.0/16", *extra]
+           "--metrics-bind-address", "", "--min-sync-period", "0", "--loopback-block", "127.62.0.0/16",
+           *extra]
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -149,7 +150,8 @@ def kproxy_run(manifests: Path, tmp: Path, *extra: str) -> Iterator[Kproxy]:
             proc.wait()
 
 
-def get(url: str, *, headers: Mapping[str, str] | None = None, timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
+def get(url: str, *, headers: Mapping[str, str] | None = None,
+        timeout: float = 5.0) -> tuple[int, dict[str, str], bytes]:
     """One GET with urllib: ``(status, headers, body)`` (errors included)."""
     req = urllib.request.Request(url, headers=dict(headers or {}))
     try:
