@@ -48,7 +48,7 @@ from kproxy.modes.userspace.http._wire import (
 )
 from kproxy.modes.userspace.http.choosers import Attempt, IngressChooser
 from kproxy.modes.userspace.http.hashby import HashByRequest
-from kproxy.modes.userspace.http.pool import UpstreamPool
+from kproxy.modes.userspace.http.pool import Conn, UpstreamPool
 from kproxy.modes.userspace.http.routing import DEFAULT_SERVER, RouteTable
 
 __all__ = ["DEFAULT_NEXT_UPSTREAM_TRIES", "IngressListener", "IngressOptions"]
@@ -193,57 +193,19 @@ class IngressListener:
     async def _one_request(self, head: Head, requests: MessageReader, writer: asyncio.StreamWriter,
                            peer: tuple[str, int], local: tuple[str, int]) -> bool:
         """Proxy one request; whether the client connection stays open."""
-        url = head.url.decode("latin-1")
-        path = url.split("?", 1)[0]
-        headers = head.headers
-        host = next((v.decode("latin-1") for k, v in headers if k.lower() == b"host"), "")
-        host_name = _host_name(host)
-        table = self._table
-        match = table.route(host, path)
         client_keep = head.keep_alive and head.version == "1.1"
-        if match.location is None or match.backend is None:
+        picked = await self._connect(head, peer, local)
+        if isinstance(picked, int):
             ok = await self._skip_body(requests)
-            writer.write(error_response(404, keep_alive=client_keep and ok))
+            keep = client_keep and ok and picked != 502
+            writer.write(error_response(picked, keep_alive=keep))
             await writer.drain()
-            return client_keep and ok
-        chooser = self._choosers.get(match.backend.name)
-        if chooser is None:
-            ok = await self._skip_body(requests)
-            writer.write(error_response(503, keep_alive=client_keep and ok))
-            await writer.drain()
-            return client_keep and ok
-        if any(k.lower() == b"expect" and v.lower() == b"100-continue" for k, v in headers):
+            return keep
+        conn, node, set_cookies = picked
+        if any(k.lower() == b"expect" and v.lower() == b"100-continue" for k, v in head.headers):
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        cookie = "; ".join(v.decode("latin-1") for k, v in headers if k.lower() == b"cookie") or None
-        user_agent = next((v.decode("latin-1") for k, v in headers if k.lower() == b"user-agent"), "")
-        hb = HashByRequest(request_uri=url, remote_addr=peer[0], host=host_name,
-                           method=head.method.decode("latin-1"),
-                           headers=tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers))
-        tried: list[str] = []
-        set_cookies: tuple[str, ...] = ()
-        conn = None
-        node = None
-        for _ in range(self.options.next_upstream_tries):
-            choice = chooser.choose(Attempt(
-                host=host_name, default_server=match.server == DEFAULT_SERVER,
-                location_path=match.location.path, cookie_header=cookie, request=hb, user_agent=user_agent,
-                last_failed=bool(tried), tried=tried, now_s=self._now()))
-            if choice.node is None:
-                break
-            node = choice.node
-            set_cookies = choice.set_cookies or set_cookies
-            try:
-                conn = await self._pool.get(node)
-                break
-            except OSError as err:
-                log.info("upstream connect failed", backend=match.backend.name, node=node, error=str(err))
-                tried.append(node)
-        if conn is None or node is None:
-            ok = await self._skip_body(requests)
-            writer.write(error_response(502, keep_alive=False))
-            await writer.drain()
-            return False
-        out = self._request_head(head, url, host, peer, local)
+        host = next((v.decode("latin-1") for k, v in head.headers if k.lower() == b"host"), "")
+        out = self._request_head(head, host, peer, local)
         try:
             return await self._exchange(head, requests, writer, conn, node, out, set_cookies, client_keep)
         except _UpstreamFailed:
@@ -252,8 +214,46 @@ class IngressListener:
             await writer.drain()
             return False
 
-    def _request_head(self, head: Head, url: str, host: str, peer: tuple[str, int],
-                      local: tuple[str, int]) -> bytes:
+    async def _connect(self, head: Head, peer: tuple[str, int],
+                       local: tuple[str, int]) -> tuple[Conn, str, tuple[str, ...]] | int:
+        """Route ``head`` and connect to a node: ``(connection, node, Set-Cookie values)``, or the
+        status to answer (404 nothing matched, 503 no endpoints, 502 every attempt failed)."""
+        url = head.url.decode("latin-1")
+        path = url.split("?", 1)[0]
+        headers = head.headers
+        host = next((v.decode("latin-1") for k, v in headers if k.lower() == b"host"), "")
+        host_name = _host_name(host)
+        match = self._table.route(host, path)
+        if match.location is None or match.backend is None:
+            return 404
+        chooser = self._choosers.get(match.backend.name)
+        if chooser is None:
+            return 503
+        cookie = "; ".join(v.decode("latin-1") for k, v in headers if k.lower() == b"cookie") or None
+        user_agent = next((v.decode("latin-1") for k, v in headers if k.lower() == b"user-agent"), "")
+        hb = HashByRequest(request_uri=url, remote_addr=peer[0], host=host_name,
+                           method=head.method.decode("latin-1"),
+                           headers=tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers))
+        tried: list[str] = []
+        set_cookies: tuple[str, ...] = ()
+        for _ in range(self.options.next_upstream_tries):
+            choice = chooser.choose(Attempt(
+                host=host_name, default_server=match.server == DEFAULT_SERVER,
+                location_path=match.location.path, cookie_header=cookie, request=hb, user_agent=user_agent,
+                last_failed=bool(tried), tried=tried, now_s=self._now()))
+            if choice.node is None:
+                break
+            set_cookies = choice.set_cookies or set_cookies
+            try:
+                return await self._pool.get(choice.node), choice.node, set_cookies
+            except OSError as err:
+                log.info("upstream connect failed", backend=match.backend.name, node=choice.node,
+                         error=str(err))
+                tried.append(choice.node)
+        return 502
+
+    def _request_head(self, head: Head, host: str, peer: tuple[str, int], local: tuple[str, int]) -> bytes:
+        """The request head sent upstream, with ingress-nginx's proxy headers."""
         lines = [head.method + b" " + head.url + b" HTTP/1.1"]
         request_id = next((v for k, v in head.headers if k.lower() == b"x-request-id" and v), None)
         xff = [v for k, v in head.headers if k.lower() == b"x-forwarded-for"]
@@ -275,7 +275,7 @@ class IngressListener:
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
     async def _exchange(self, head: Head, requests: MessageReader, writer: asyncio.StreamWriter,
-                        conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], node: str, out: bytes,
+                        conn: Conn, node: str, out: bytes,
                         set_cookies: tuple[str, ...], client_keep: bool) -> bool:
         up_reader, up_writer = conn
         try:
