@@ -92,6 +92,11 @@ class IngressChooser:
         self._hash = (HashByTemplate(backend.hash_by, list(backend.nodes))
                       if backend.hash_by and self._sticky is None else None)
 
+    @property
+    def hashes_requests(self) -> bool:
+        """Whether :meth:`choose` reads ``attempt.request`` (``upstream-hash-by``)."""
+        return self._hash is not None
+
     def choose(self, attempt: Attempt) -> Choice:
         """The node for this attempt and any cookie ``balance()`` sets."""
         if self._sticky is not None:

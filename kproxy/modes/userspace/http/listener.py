@@ -55,6 +55,8 @@ __all__ = ["DEFAULT_NEXT_UPSTREAM_TRIES", "IngressListener", "IngressOptions"]
 
 log = structlog.get_logger("kproxy.http")
 
+#: What choosers that never read request variables get (only upstream-hash-by reads them).
+_NO_REQUEST = HashByRequest(request_uri="", remote_addr="")
 #: ingress-nginx's ``proxy-next-upstream-tries`` default.
 DEFAULT_NEXT_UPSTREAM_TRIES = 3
 _HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"te",
@@ -176,6 +178,8 @@ class IngressListener:
                     break
         except (TimeoutError, ConnectionError, OSError):
             pass
+        except asyncio.CancelledError:
+            pass  # aclose() cut this connection; the task ends here, its outermost frame
         finally:
             self._clients.discard(task)
             writer.close()
@@ -231,9 +235,10 @@ class IngressListener:
             return 503
         cookie = "; ".join(v.decode("latin-1") for k, v in headers if k.lower() == b"cookie") or None
         user_agent = next((v.decode("latin-1") for k, v in headers if k.lower() == b"user-agent"), "")
-        hb = HashByRequest(request_uri=url, remote_addr=peer[0], host=host_name,
-                           method=head.method.decode("latin-1"),
-                           headers=tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers))
+        hb = (HashByRequest(request_uri=url, remote_addr=peer[0], host=host_name,
+                            method=head.method.decode("latin-1"),
+                            headers=tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in headers))
+              if chooser.hashes_requests else _NO_REQUEST)
         tried: list[str] = []
         set_cookies: tuple[str, ...] = ()
         for _ in range(self.options.next_upstream_tries):
@@ -297,7 +302,8 @@ class IngressListener:
             raise _UpstreamFailed from err
         responses = MessageReader(up_reader, response=True)
         try:
-            ev = await asyncio.wait_for(responses.next(), self.options.read_timeout_s)
+            async with asyncio.timeout(self.options.read_timeout_s):  # no task per read, unlike wait_for
+                ev = await responses.next()
         except (TimeoutError, ConnectionError, OSError) as err:
             raise _UpstreamFailed from err
         except Exception as err:  # httptools.HttpParserError: a malformed response
@@ -318,7 +324,9 @@ class IngressListener:
             lines.append(b"Connection: upgrade")
         else:
             lines.append(b"Connection: keep-alive" if keep else b"Connection: close")
-        writer.write(b"\r\n".join(lines) + b"\r\n\r\n")
+        pending = b"\r\n".join(lines) + b"\r\n\r\n"  # sent with the first body piece: one write, not two
+        if resp.upgrade or no_body:
+            writer.write(pending)
         if resp.upgrade:
             await self._splice(requests, writer, responses, up_reader, up_writer)
             return False
@@ -332,7 +340,8 @@ class IngressListener:
         complete = False
         while True:
             try:
-                ev = await asyncio.wait_for(responses.next(), self.options.read_timeout_s)
+                async with asyncio.timeout(self.options.read_timeout_s):
+                    ev = await responses.next()
             except Exception:
                 break
             if ev is None:
@@ -341,13 +350,15 @@ class IngressListener:
                 complete = True
                 break
             if isinstance(ev, Body):
-                writer.write(ok_chunk(ev.data) if chunk_out else ev.data)
+                writer.write(pending + (ok_chunk(ev.data) if chunk_out else ev.data))
+                pending = b""
                 await writer.drain()
         if not complete:
+            if pending:
+                writer.write(pending)
             self._pool.discard(conn)
             return False  # the upstream broke mid-response: cut the client too, as nginx does
-        if chunk_out:
-            writer.write(b"0\r\n\r\n")
+        writer.write(pending + b"0\r\n\r\n" if chunk_out else pending)
         await writer.drain()
         if resp.keep_alive:
             self._pool.put(node, conn)
