@@ -89,6 +89,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         help=f"{what}; past it a new TCP connection is reset at once and a new UDP flow "
                              "evicts the least recently active session (default: sized from the "
                              "open-files limit)")
+    l7 = parser.add_argument_group("HTTP (layer 7) plane")
+    l7.add_argument("--ingress-bind-address", default=_HIDE, metavar="IP:PORT",
+                    help="serve the Ingresses of --ingress-class over HTTP/1.1 here, as ingress-nginx "
+                         "(e.g. 127.0.0.1:8080; default: no listener)")
+    l7.add_argument("--ingress-class", default=_HIDE, metavar="NAME",
+                    help="the Ingress class served: spec.ingressClassName or the kubernetes.io/ingress.class "
+                         "annotation (default nginx; Ingresses with no class are served too)")
     sync = parser.add_argument_group("sync")
     sync.add_argument("--min-sync-period", default=_HIDE, metavar="D",
                       help=f"minimum time between syncs, a Go duration such as 1s or 250ms (default "

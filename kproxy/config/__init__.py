@@ -25,6 +25,7 @@ from kproxy.config.kubeproxy import (
 )
 from kproxy.config.run import (
     Command,
+    IngressSettings,
     Kernel,
     LogFormat,
     LogLevel,
@@ -43,6 +44,7 @@ __all__ = [
     "MODES",
     "NODEPORT_ADDRESSES_PRIMARY",
     "Command",
+    "IngressSettings",
     "Kernel",
     "KubeProxyConfiguration",
     "LogFormat",

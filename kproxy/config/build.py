@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -58,7 +59,9 @@ from kproxy.config.kubeproxy import (
     nodeport_addresses_flag,
 )
 from kproxy.config.run import (
+    DEFAULT_INGRESS_CLASS,
     Command,
+    IngressSettings,
     Kernel,
     LogFormat,
     LogLevel,
@@ -128,7 +131,7 @@ def build_run_config(
     return RunConfig(
         command=command, source=source, node=_node(given, file, environ, gethostname),
         rules=_rules(given, file, mode), sync=_sync(given, file, mode), userspace=userspace,
-        observability=_observability(given, file),
+        observability=_observability(given, file), ingress=_ingress(given),
         log_format=_enum(LogFormat, given.get("--log-format", LogFormat.CONSOLE.value), "--log-format"),
         log_level=_enum(LogLevel, given.get("--log-level", LogLevel.INFO.value), "--log-level"),
         config_file=given.get("--config") or None, given=frozenset(given),
@@ -304,6 +307,29 @@ def _userspace(given: Given, *, check: bool) -> UserspaceSettings:
                        else DEFAULT_UDP_TIMEOUT_S),
         drain_timeout_s=(parse_period(str(drain), name="--drain-timeout") if drain is not None
                          else DEFAULT_DRAIN_TIMEOUT_S))
+
+
+def _ingress(given: Given) -> IngressSettings:
+    """``--ingress-bind-address IP:PORT`` (brackets around an IPv6 address) and ``--ingress-class``."""
+    bind = given.get("--ingress-bind-address")
+    address: tuple[str, int] | None = None
+    if bind is not None and str(bind) != "":
+        text = str(bind)
+        host, sep, port_text = text.rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        try:
+            ip = str(ipaddress.ip_address(host))
+            port = int(port_text) if port_text.isdigit() else -1
+        except ValueError:
+            ip, port = "", -1
+        if not sep or not ip or not 0 <= port <= 65535:
+            raise ConfigError("--ingress-bind-address: expected IP:PORT (e.g. 127.0.0.1:8080 or "
+                              f"[::1]:8080), got {text!r}")
+        address = (ip, port)
+    klass = str(given.get("--ingress-class", DEFAULT_INGRESS_CLASS))
+    if not klass:
+        raise ConfigError("--ingress-class: an Ingress class name is required (default nginx)")
+    return IngressSettings(bind_address=address, ingress_class=klass)
 
 
 def _observability(given: Given, file: KubeProxyConfiguration) -> ObservabilitySettings:

@@ -17,6 +17,7 @@ from kproxy.errors import ConfigError
 __all__ = [
     "CAP_FLAGS",
     "EBPF_ONLY_FLAGS",
+    "INGRESS_FLAGS",
     "IPVS_ONLY_FLAGS",
     "KERNEL_ONLY_FLAGS",
     "NODE_FLAGS",
@@ -46,12 +47,14 @@ KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodep
 IPVS_ONLY_FLAGS = ("--ipvs-scheduler",)
 #: Flags only the ebpf mode uses (Cilium's names).
 EBPF_ONLY_FLAGS = ("--bpf-lb-algorithm", "--bpf-lb-maglev-table-size", "--bpf-lb-maglev-hash-seed")
+#: The HTTP (layer 7) plane's flags, honoured in every mode.
+INGRESS_FLAGS = ("--ingress-bind-address", "--ingress-class")
 #: Every flag :func:`~kproxy.config.build.build_run_config` reads.
 RUN_FLAGS = frozenset({
     "--manifests", "--kubeconfig", "--master", "--config", "--service-proxy-name", *NODE_FLAGS,
     *RULE_FLAGS, *EBPF_ONLY_FLAGS, "--kernel", "--min-sync-period", "--sync-period", *USERSPACE_ONLY_FLAGS,
     "--healthz-bind-address", "--metrics-bind-address", "--healthcheck-bind-addresses", "--log-format",
-    "--log-level"})
+    "--log-level", *INGRESS_FLAGS})
 
 #: ``--config`` fields ``kproxy run`` honours in every mode ...
 _HONOURED = frozenset({

@@ -41,7 +41,9 @@ from kproxy.model.names import IPFamily
 from kproxy.model.snapshot import NodeConfig
 
 __all__ = [
+    "DEFAULT_INGRESS_CLASS",
     "Command",
+    "IngressSettings",
     "Kernel",
     "LogFormat",
     "LogLevel",
@@ -229,6 +231,23 @@ class UserspaceSettings:
     max_udp_sessions_per_service: int | None = None
 
 
+#: ``--ingress-class``'s default: ingress-nginx's class, so existing manifests work unchanged.
+DEFAULT_INGRESS_CLASS = "nginx"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IngressSettings:
+    """The HTTP (layer 7) plane's flags.
+
+    Attributes:
+        bind_address: ``--ingress-bind-address`` as ``(ip, port)``, or None (no listener).
+        ingress_class: ``--ingress-class``: the Ingress class served.
+    """
+
+    bind_address: tuple[str, int] | None = None
+    ingress_class: str = DEFAULT_INGRESS_CLASS
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ObservabilitySettings:
     """Health and metrics addresses.
@@ -270,6 +289,7 @@ class RunConfig:
     sync: SyncSettings = field(default_factory=SyncSettings)
     userspace: UserspaceSettings = field(default_factory=UserspaceSettings)
     observability: ObservabilitySettings = field(default_factory=ObservabilitySettings)
+    ingress: IngressSettings = field(default_factory=IngressSettings)
     log_format: LogFormat = LogFormat.CONSOLE
     log_level: LogLevel = LogLevel.INFO
     config_file: str | None = None

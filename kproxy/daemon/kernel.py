@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -177,13 +178,16 @@ async def serve_kernel_mode(source: Source, node: NodeConfig, options: KernelRun
 async def serve_modes(modes: KernelModes, source: Source, node: NodeConfig,
                       options: KernelRunOptions, stop: asyncio.Event,
                       observability: ObservabilityOptions | None = None, *,
-                      node_watch: NodeWatch | None = None, follow_zone: bool = True) -> None:
+                      node_watch: NodeWatch | None = None, follow_zone: bool = True,
+                      extra_consumers: Sequence[Consumer] = ()) -> None:
     """Keep ``modes`` (from :func:`build_modes`) in sync with ``source`` until ``stop`` is set.
+
+    ``extra_consumers`` (the HTTP plane's listener) get every Snapshot after the modes.
 
     Raises:
         ConfigError: an observability address is malformed or unusable.
     """
-    consumers: list[Consumer] = list(modes)
+    consumers: list[Consumer] = [*modes, *extra_consumers]
     engine, obs = build_engine(source, node, consumers, min_sync_period_s=options.min_sync_period_s,
                                sync_period_s=options.sync_period_s, observability=observability)
     if obs is not None:

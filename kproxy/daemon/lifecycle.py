@@ -43,6 +43,7 @@ from kproxy.daemon.userspace import UserspaceOptions, new_proxy, raise_nofile_li
 from kproxy.errors import ConfigError
 from kproxy.model import KubeObject
 from kproxy.modes.userspace import UserspaceProxy, check_bind_address, check_loopback_block
+from kproxy.modes.userspace.http.listener import IngressListener, IngressOptions
 
 __all__ = ["Signals", "StopReason", "run_daemon"]
 
@@ -114,25 +115,46 @@ async def _generation(run: RunConfig, proxy: UserspaceProxy | None, signals: Sig
     watch = node_watch(run)
     follow_zone = run.node.zone is None
     stop = asyncio.Event()
+    extra = [await start_ingress_listener(run)] if run.ingress.bind_address is not None else []
     try:
         async with asyncio.TaskGroup() as tg:
             tg.create_task(_until_woken(signals, stop), name="kproxy-signals")
             if proxy is not None:
                 await serve_with(proxy, source, node, UserspaceOptions.from_run(run), stop, observability,
-                                 node_watch=watch, follow_zone=follow_zone)
+                                 node_watch=watch, follow_zone=follow_zone, extra_consumers=extra)
             else:
                 options = KernelRunOptions.from_run(run)
                 await serve_modes(build_modes(node, options), source, node, options, stop, observability,
-                                  node_watch=watch, follow_zone=follow_zone)
+                                  node_watch=watch, follow_zone=follow_zone, extra_consumers=extra)
     except BaseExceptionGroup as group:
         if len(group.exceptions) == 1:  # e.g. a ConfigError from a bind address: report it as itself
             raise group.exceptions[0] from group
         raise
+    finally:
+        for listener in extra:
+            await listener.aclose()
     signals.wake.clear()
     if signals.shutdown.is_set():
         return StopReason.SHUTDOWN
     signals.reload = False
     return StopReason.RELOAD
+
+
+async def start_ingress_listener(run: RunConfig) -> IngressListener:
+    """Bind ``--ingress-bind-address`` and start serving (404 until the first sync).
+
+    Raises:
+        ConfigError: the address cannot be bound (naming the flag).
+    """
+    assert run.ingress.bind_address is not None
+    host, port = run.ingress.bind_address
+    listener = IngressListener(IngressOptions(host=host, port=port, ingress_class=run.ingress.ingress_class))
+    try:
+        await listener.start()
+    except OSError as err:
+        raise ConfigError(f"--ingress-bind-address: cannot listen on {host}:{port}: "
+                          f"{err.strerror or err}") from err
+    return listener
 
 
 async def _close(proxy: UserspaceProxy, drain_timeout_s: float, signals: Signals) -> None:

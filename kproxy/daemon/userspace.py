@@ -13,7 +13,7 @@ import gc
 import os
 import resource
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ from kproxy.modes.userspace import AddressEntry, UserspaceProxy
 from kproxy.modes.userspace.limits import ConnectionLimits
 from kproxy.observability.server import Observability, ObservabilityOptions
 from kproxy.sources.base import Source
-from kproxy.sync.engine import SyncEngine
+from kproxy.sync.engine import Consumer, SyncEngine
 
 if TYPE_CHECKING:
     from kproxy.sources.kube import NodeWatch
@@ -236,9 +236,9 @@ async def running_userspace_proxy(
 
 def _engine(
     source: Source, node: NodeConfig, proxy: UserspaceProxy, options: UserspaceOptions,
-    observability: ObservabilityOptions | None,
+    observability: ObservabilityOptions | None, extra: Sequence[Consumer] = (),
 ) -> tuple[SyncEngine, Observability | None]:
-    return build_engine(source, node, [proxy], min_sync_period_s=options.min_sync_period_s,
+    return build_engine(source, node, [proxy, *extra], min_sync_period_s=options.min_sync_period_s,
                         sync_period_s=options.sync_period_s, observability=observability, proxy=proxy)
 
 
@@ -257,9 +257,11 @@ def new_proxy(options: UserspaceOptions) -> UserspaceProxy:
 async def serve_with(
     proxy: UserspaceProxy, source: Source, node: NodeConfig, options: UserspaceOptions, stop: asyncio.Event,
     observability: ObservabilityOptions | None = None, *, node_watch: NodeWatch | None = None,
-    follow_zone: bool = True,
+    follow_zone: bool = True, extra_consumers: Sequence[Consumer] = (),
 ) -> None:
     """Keep ``proxy`` in sync with ``source`` until ``stop`` is set; the caller closes the proxy.
+
+    ``extra_consumers`` (the HTTP plane's listener) get every Snapshot after the proxy.
 
     A reload (SIGHUP) runs this again with a new source and node on the same proxy, so the
     listeners of unchanged Services and their open connections carry on.
@@ -267,7 +269,7 @@ async def serve_with(
     Raises:
         ConfigError: an observability address is malformed or cannot be bound.
     """
-    engine, obs = _engine(source, node, proxy, options, observability)
+    engine, obs = _engine(source, node, proxy, options, observability, extra_consumers)
     log.info("starting", node=node.hostname, families=[str(f) for f in node.ip_families],
              min_sync_period_s=options.min_sync_period_s, sync_period_s=options.sync_period_s)
     await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)

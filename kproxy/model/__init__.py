@@ -1,5 +1,14 @@
 """Frozen values: API objects parsed and validated, ServicePortName, and the per-node Snapshot."""
 
+from kproxy.model.destinationrule import (
+    ConsistentHash,
+    DestinationRule,
+    HashAlgorithm,
+    HashKey,
+    LoadBalancerSettings,
+    PortLoadBalancer,
+    parse_destination_rule,
+)
 from kproxy.model.endpointslice import (
     LABEL_CONVERTED_FROM_ENDPOINTS,
     LABEL_SERVICE_NAME,
@@ -9,6 +18,15 @@ from kproxy.model.endpointslice import (
     SliceEndpoint,
     endpoints_to_slices,
     parse_endpoint_slice,
+)
+from kproxy.model.ingress import (
+    INGRESS_CLASS_ANNOTATION,
+    HTTPIngressPath,
+    Ingress,
+    IngressBackend,
+    IngressRule,
+    PathType,
+    parse_ingress,
 )
 from kproxy.model.names import (
     IPFamily,
@@ -41,18 +59,30 @@ from kproxy.model.topology import TopologyMode, categorize_endpoints
 
 __all__ = [
     "DEFAULT_AFFINITY_TIMEOUT_S",
+    "INGRESS_CLASS_ANNOTATION",
     "LABEL_CONVERTED_FROM_ENDPOINTS",
     "LABEL_SERVICE_NAME",
     "LABEL_SERVICE_PROXY_NAME",
+    "ConsistentHash",
+    "DestinationRule",
     "Endpoint",
     "EndpointConditions",
     "EndpointPort",
     "EndpointSlice",
+    "HTTPIngressPath",
+    "HashAlgorithm",
+    "HashKey",
     "IPFamily",
+    "Ingress",
+    "IngressBackend",
+    "IngressRule",
     "KubeObject",
+    "LoadBalancerSettings",
     "NamespacedName",
     "NodeConfig",
     "ParseResult",
+    "PathType",
+    "PortLoadBalancer",
     "Protocol",
     "Service",
     "ServicePort",
@@ -69,7 +99,9 @@ __all__ = [
     "endpoints_to_slices",
     "family_of",
     "join_host_port",
+    "parse_destination_rule",
     "parse_endpoint_slice",
+    "parse_ingress",
     "parse_objects",
     "parse_service",
     "skip_reason",

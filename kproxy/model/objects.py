@@ -1,7 +1,8 @@
 """Turn API dicts of any supported kind into model objects, collecting problems.
 
 Supported: v1 ``Service``, discovery.k8s.io/v1 ``EndpointSlice``, v1 ``Endpoints`` (converted
-to slices, for older dumps) and ``kind: List`` / ``*List`` (as ``kubectl get -o yaml`` writes).
+to slices, for older dumps), networking.k8s.io/v1 ``Ingress`` and Istio ``DestinationRule`` (for
+the HTTP plane) and ``kind: List`` / ``*List`` (as ``kubectl get -o yaml`` writes).
 Other kinds (Deployments, ConfigMaps ...) are ignored without error, so a whole application's
 manifests can be given; a document that is not an object at all is an error.
 """
@@ -13,12 +14,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kproxy.errors import InvalidObject
+from kproxy.model.destinationrule import DestinationRule, parse_destination_rule
 from kproxy.model.endpointslice import EndpointSlice, endpoints_to_slices, parse_endpoint_slice
+from kproxy.model.ingress import Ingress, parse_ingress
 from kproxy.model.service import Service, parse_service
 
 __all__ = ["KubeObject", "ParseResult", "parse_objects"]
 
-KubeObject = Service | EndpointSlice
+KubeObject = Service | EndpointSlice | Ingress | DestinationRule
 
 #: Lists nested deeper than this are reported, not followed (kubectl never nests them; this
 #: keeps a hostile document from exhausting the interpreter's recursion limit).
@@ -102,6 +105,12 @@ def _parse_into(raw: Any, source: str, where: str, result: ParseResult, depth: i
         elif kind == "EndpointSlice":
             eps, problems = parse_endpoint_slice(raw, source=source)
             result.objects.append(eps)
+        elif kind == "Ingress":
+            ing, problems = parse_ingress(raw, source=source)
+            result.objects.append(ing)
+        elif kind == "DestinationRule":
+            rule, problems = parse_destination_rule(raw, source=source)
+            result.objects.append(rule)
         elif kind == "Endpoints":
             slice_dicts, problems = endpoints_to_slices(raw, source=source)
             for d in slice_dicts:

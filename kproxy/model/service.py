@@ -71,6 +71,7 @@ class ServicePort:
         port: the Service port, 1..65535.
         target_port: a number (1..65535) or a container port name.
         node_port: the NodePort, 0 when none.
+        app_protocol: ``appProtocol``, ``""`` when unset (Istio reads ``http`` from it).
     """
 
     name: str
@@ -78,6 +79,7 @@ class ServicePort:
     port: int
     target_port: int | str
     node_port: int = 0
+    app_protocol: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -189,6 +191,7 @@ def _parse_port(raw: Any, path: str, problems: Problems) -> ServicePort | None:
             problems.add(path, "expected a port object, got null")
         return None
     name = as_str(spec.get("name"), f"{path}.name", problems)
+    app_protocol = as_str(spec.get("appProtocol"), f"{path}.appProtocol", problems) or ""
     proto_text = as_str(spec.get("protocol"), f"{path}.protocol", problems, default="TCP")
     protocol = None
     if proto_text is not None:
@@ -222,7 +225,8 @@ def _parse_port(raw: Any, path: str, problems: Problems) -> ServicePort | None:
         return None
     assert name is not None and protocol is not None and port is not None
     assert node_port is not None and target is not None
-    return ServicePort(name=name, protocol=protocol, port=port, target_port=target, node_port=node_port)
+    return ServicePort(name=name, protocol=protocol, port=port, target_port=target, node_port=node_port,
+                       app_protocol=app_protocol)
 
 
 def _enum(value: Any, path: str, problems: Problems, enum: type[StrEnum], default: str) -> Any:

@@ -14,7 +14,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
+from kproxy.model.destinationrule import DestinationRule
 from kproxy.model.endpointslice import EndpointSlice, SliceEndpoint
+from kproxy.model.ingress import Ingress
 from kproxy.model.names import IPFamily, NamespacedName, Protocol, ServicePortName, join_host_port
 from kproxy.model.service import LABEL_SERVICE_PROXY_NAME, Service, ServicePort, ServiceType
 from kproxy.model.topology import Categorized, TopologyMode, categorize_endpoints
@@ -130,6 +132,8 @@ class ServicePortInfo:
     has_any_endpoints: bool = False
     topology: TopologyMode = TopologyMode.NONE
     annotations: tuple[tuple[str, str], ...] = ()
+    #: the port's ``appProtocol`` (``""`` when unset); the HTTP plane reads Istio's ``http`` from it.
+    app_protocol: str = ""
 
     def annotation(self, key: str) -> str | None:
         """The value of annotation ``key`` (one of those kept), or None."""
@@ -277,6 +281,7 @@ def build_service_ports(
                 health_check_node_port=(service.health_check_node_port
                                         if service.needs_health_check else 0),
                 annotations=mode_annotations,
+                app_protocol=port.app_protocol,
             )
             endpoints = _merge_endpoints(port, mine, family, node)
             cat = categorize_endpoints(
@@ -307,6 +312,9 @@ class Snapshot:
         ports: ``{(family, ServicePortName): ServicePortInfo}``, read-only.
         changed: the ServicePortNames added, removed or changed since the previous revision
             (every name for a first snapshot); modes use it for partial syncs.
+        ingresses: every Ingress known (any class), sorted by namespace/name; only the HTTP
+            plane reads them.
+        destination_rules: every Istio DestinationRule known, sorted by namespace/name.
     """
 
     revision: int
@@ -314,6 +322,8 @@ class Snapshot:
     ports: Mapping[tuple[IPFamily, ServicePortName], ServicePortInfo] = field(
         default_factory=lambda: MappingProxyType({}))
     changed: frozenset[ServicePortName] = frozenset()
+    ingresses: tuple[Ingress, ...] = ()
+    destination_rules: tuple[DestinationRule, ...] = ()
 
     def __iter__(self) -> Iterator[ServicePortInfo]:
         """Every ServicePortInfo, sorted by family then name."""
@@ -342,7 +352,8 @@ class Snapshot:
 
     def same_state(self, other: Snapshot) -> bool:
         """True when both snapshots program the same thing (revision and ``changed`` ignored)."""
-        return self.node == other.node and dict(self.ports) == dict(other.ports)
+        return (self.node == other.node and dict(self.ports) == dict(other.ports)
+                and self.ingresses == other.ingresses and self.destination_rules == other.destination_rules)
 
 
 def build_snapshot(
@@ -351,6 +362,8 @@ def build_snapshot(
     node: NodeConfig,
     *,
     revision: int = 1,
+    ingresses: Iterable[Ingress] = (),
+    destination_rules: Iterable[DestinationRule] = (),
 ) -> Snapshot:
     """Build a whole Snapshot from objects, with every port marked changed.
 
@@ -359,6 +372,7 @@ def build_snapshot(
         slices: the EndpointSlices.
         node: this node.
         revision: the snapshot's revision.
+        ingresses, destination_rules: the HTTP plane's objects (duplicates: the last one wins).
     """
     by_service: dict[NamespacedName, list[EndpointSlice]] = {}
     for s in slices:
@@ -367,5 +381,9 @@ def build_snapshot(
     ports: dict[tuple[IPFamily, ServicePortName], ServicePortInfo] = {}
     for key, svc in latest.items():
         ports.update(build_service_ports(svc, by_service.get(key, ()), node))
+    ing = {(i.namespace, i.name): i for i in ingresses}
+    drs = {(d.namespace, d.name): d for d in destination_rules}
     return Snapshot(revision=revision, node=node, ports=MappingProxyType(ports),
-                    changed=frozenset(spn for _, spn in ports))
+                    changed=frozenset(spn for _, spn in ports),
+                    ingresses=tuple(ing[k] for k in sorted(ing)),
+                    destination_rules=tuple(drs[k] for k in sorted(drs)))

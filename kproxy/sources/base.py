@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import NamedTuple, Protocol, runtime_checkable
 
 from kproxy.errors import InvalidArgument
-from kproxy.model import EndpointSlice, KubeObject, Service
+from kproxy.model import DestinationRule, EndpointSlice, Ingress, KubeObject, Service
 
 __all__ = [
     "Emit",
@@ -61,9 +61,10 @@ class Event:
     def __post_init__(self) -> None:
         if not isinstance(self.type, EventType):
             raise InvalidArgument(f"expected an EventType, got {self.type!r}")
-        if not isinstance(self.obj, Service | EndpointSlice):
+        if not isinstance(self.obj, Service | EndpointSlice | Ingress | DestinationRule):
             raise InvalidArgument(
-                f"expected a Service or EndpointSlice, got {type(self.obj).__name__} {self.obj!r}")
+                f"expected a Service, EndpointSlice, Ingress or DestinationRule, got "
+                f"{type(self.obj).__name__} {self.obj!r}")
 
     @property
     def key(self) -> ObjectKey:
@@ -72,7 +73,8 @@ class Event:
 
 
 class ObjectKey(NamedTuple):
-    """An object's identity: kind (``Service`` or ``EndpointSlice``), namespace and name."""
+    """An object's identity: kind (``Service``, ``EndpointSlice``, ``Ingress``, ``DestinationRule``),
+    namespace and name."""
 
     kind: str
     namespace: str
@@ -83,9 +85,8 @@ class ObjectKey(NamedTuple):
 
 
 def object_key(obj: KubeObject) -> ObjectKey:
-    """The :class:`ObjectKey` of a Service or EndpointSlice."""
-    kind = "Service" if isinstance(obj, Service) else "EndpointSlice"
-    return ObjectKey(kind, obj.namespace, obj.name)
+    """The :class:`ObjectKey` of a Service, EndpointSlice, Ingress or DestinationRule (kind = class name)."""
+    return ObjectKey(type(obj).__name__, obj.namespace, obj.name)
 
 
 def diff_objects(

@@ -19,7 +19,7 @@ from kproxy.sources.base import Emit, Event, EventType, ObjectKey, Synced, objec
 
 __all__ = ["MemorySource"]
 
-_KINDS = ("Service", "EndpointSlice")
+_KINDS = ("Service", "EndpointSlice", "Ingress", "DestinationRule")
 
 
 def _split_name(name: str) -> tuple[str, str]:

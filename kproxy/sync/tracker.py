@@ -31,7 +31,9 @@ from types import MappingProxyType
 
 from kproxy.errors import InvalidArgument
 from kproxy.model import (
+    DestinationRule,
     EndpointSlice,
+    Ingress,
     IPFamily,
     NamespacedName,
     NodeConfig,
@@ -141,6 +143,9 @@ class ChangeTracker:
         self._pending: dict[NamespacedName, tuple[_ServiceState, float | None]] = {}
         self._ports_of: dict[NamespacedName, dict[_PortKey, ServicePortInfo]] = {}
         self._snapshot: Snapshot | None = None
+        # The HTTP plane's objects: no ports of their own, handed out whole with each Snapshot.
+        self._l7: dict[tuple[str, str, str], Ingress | DestinationRule] = {}
+        self._l7_checked_out: dict[tuple[str, str, str], Ingress | DestinationRule] = {}
         self.conflicts: tuple[PortConflict, ...] = ()
         """The ClusterIP conflicts of the last Snapshot handed out (see :class:`PortConflict`)."""
 
@@ -174,8 +179,9 @@ class ChangeTracker:
 
     @property
     def pending_count(self) -> int:
-        """How many Services have changes not yet checked out (no-ops excluded)."""
-        return len(self._pending)
+        """How many Services have changes not yet checked out (no-ops excluded); Ingresses and
+        DestinationRules that changed count as one more."""
+        return len(self._pending) + (self._l7 != self._l7_checked_out)
 
     def pending(self) -> tuple[PendingChange, ...]:
         """The pending Services, oldest change first."""
@@ -213,6 +219,12 @@ class ChangeTracker:
             self._settle(obj.key)
         elif isinstance(obj, EndpointSlice):
             self._apply_slice(event.type, obj)
+        elif isinstance(obj, Ingress | DestinationRule):
+            key = (type(obj).__name__, obj.namespace, obj.name)
+            if event.type is EventType.DELETED:
+                self._l7.pop(key, None)
+            else:
+                self._l7[key] = obj
         else:
             raise InvalidArgument(f"expected a Service or EndpointSlice event, got {obj!r}")
 
@@ -246,8 +258,12 @@ class ChangeTracker:
         if new_ports or old_ports:
             self.conflicts = port_conflicts(ports, self._services)
         revision = 1 if self._snapshot is None else self._snapshot.revision + 1
+        self._l7_checked_out = dict(self._l7)
+        l7 = [self._l7[k] for k in sorted(self._l7)]
         self._snapshot = Snapshot(revision=revision, node=self._node, ports=MappingProxyType(ports),
-                                  changed=changed_names(old_ports, new_ports))
+                                  changed=changed_names(old_ports, new_ports),
+                                  ingresses=tuple(o for o in l7 if isinstance(o, Ingress)),
+                                  destination_rules=tuple(o for o in l7 if isinstance(o, DestinationRule)))
         return self._snapshot
 
     # -- internals ---------------------------------------------------------------------------

@@ -41,6 +41,7 @@ from types import TracebackType
 import structlog
 
 from kproxy.errors import ConfigError, InvalidArgument, InvalidTransition, KproxyError
+from kproxy.model.destinationrule import ConsistentHash
 from kproxy.model.names import IPFamily, Protocol, ServicePortName, join_host_port
 from kproxy.model.snapshot import ServicePortInfo, Snapshot
 from kproxy.modes.userspace._table import (
@@ -58,6 +59,7 @@ from kproxy.modes.userspace.addresses import (
     plan_listen,
 )
 from kproxy.modes.userspace.balancer import RoundRobinBalancer
+from kproxy.modes.userspace.http.service_l7 import ServiceHttpListener, service_hash_policy
 from kproxy.modes.userspace.limits import Budget, ConnectionLimits
 from kproxy.modes.userspace.tcp import (
     DEFAULT_DIAL_TIMEOUTS_S,
@@ -97,8 +99,10 @@ class AddressEntry:
 @dataclass(slots=True)
 class _Served:
     identity: tuple[str, int, Protocol]
-    listener: TcpListener | UdpListener
+    listener: TcpListener | UdpListener | ServiceHttpListener
     service: str
+    #: the Istio consistent hash an HTTP port is balanced with per request (None: layer 4)
+    l7: ConsistentHash | None = None
 
     @property
     def entry(self) -> AddressEntry:
@@ -163,6 +167,7 @@ class UserspaceProxy:
         self._clock = clock
         self._dial_timeouts_s = tuple(dial_timeouts_s)
         self._served: dict[_Key, _Served] = {}
+        self._l7: dict[_Key, ConsistentHash] = {}
         self._loopback: dict[str, str] = {}
         self._skipped: set[_Key] = set()
         self._registry = ConnectionRegistry()
@@ -195,6 +200,8 @@ class UserspaceProxy:
             if self._closed:
                 raise InvalidTransition("UserspaceProxy: apply() after aclose(); make a new proxy")
             wanted: dict[_Key, ServicePortInfo] = {}
+            self._l7 = {(i.family, i.name): p for i in snapshot
+                        if (p := service_hash_policy(i, snapshot.destination_rules)) is not None}
             for info in snapshot:
                 key = (info.family, info.name)
                 if info.protocol is Protocol.SCTP:
@@ -205,7 +212,8 @@ class UserspaceProxy:
                 wanted[key] = info
             self._skipped &= {(i.family, i.name) for i in snapshot}
             for key in [k for k, s in self._served.items()
-                        if k not in wanted or s.identity != _identity(wanted[k])]:
+                        if k not in wanted or s.identity != _identity(wanted[k])
+                        or s.l7 != self._l7.get(k)]:
                 self._served.pop(key).listener.close()
             self._allocate(wanted.values())
             now_s = self._clock()
@@ -279,9 +287,12 @@ class UserspaceProxy:
         """Serve ``info`` on the bound ``sock`` (owned from here on, closed on failure)."""
         name = str(info.name)
         balancer = RoundRobinBalancer(affinity_ttl_s=info.session_affinity_timeout_s, name=name)
-        listener: TcpListener | UdpListener
+        listener: TcpListener | UdpListener | ServiceHttpListener
+        l7 = self._l7.get((info.family, info.name))
         try:
-            if info.protocol is Protocol.TCP:
+            if l7 is not None:
+                listener = ServiceHttpListener(name=name, policy=l7)
+            elif info.protocol is Protocol.TCP:
                 listener = TcpListener(name=name, balancer=balancer, clock=self._clock,
                                        dial_timeouts_s=self._dial_timeouts_s, registry=self._registry,
                                        tasks=self._tasks, budget=self._budget)
@@ -294,7 +305,7 @@ class UserspaceProxy:
         except BaseException:
             sock.close()
             raise
-        return _Served(identity=_identity(info), listener=listener, service=name)
+        return _Served(identity=_identity(info), listener=listener, service=name, l7=l7)
 
     # -- the address table ---------------------------------------------------------------
 
