@@ -119,6 +119,8 @@ class ClusterServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._failures: list[int] = []
         self.requests: list[tuple[str, str]] = []
+        #: One entry per port-forward upgrade: ``(namespace/pod, "websocket" | "spdy")``.
+        self.upgrades: list[tuple[str, str]] = []
         self.host, self.port = "127.0.0.1", 0
         if self._files is not None:
             self._apply_changes(self.store.replace_all(self._files.load()))
@@ -478,7 +480,9 @@ class ClusterServer:
         self._forwards.setdefault((ns, name), set()).add(stop)
         target = PodTarget(name=name, uid=pod["metadata"]["uid"], dial=dial)
         spdy = SpdyConnection(channel, Role.SERVER, clock=self.clock)
-        _log.debug("port-forward upgraded", pod=f"{ns}/{name}", transport=upgrade)
+        transport = "websocket" if upgrade == "websocket" else "spdy"
+        self.upgrades.append((f"{ns}/{name}", transport))
+        _log.debug("port-forward upgraded", pod=f"{ns}/{name}", transport=transport)
         try:
             await serve_portforward(spdy, target, stop=stop)
         finally:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
 import os
 import socket
 import threading
@@ -42,9 +43,22 @@ def dial_loopback(host: str) -> Dialer:
     """A dialer that connects to ``host:PORT`` directly (Pods on loopback addresses)."""
 
     async def dial(port: int) -> Connection:
-        return await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_CHUNK), DIAL_TIMEOUT_S)
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(host, port, limit=READ_CHUNK),
+                                          DIAL_TIMEOUT_S)
+        except (TimeoutError, OSError) as err:
+            raise _dial_error(f"dial tcp {host}:{port}", err) from err
 
     return dial
+
+
+def _dial_error(what: str, err: BaseException) -> OSError:
+    """Go's wording for a failed dial (``dial tcp4 127.0.0.1:80: connect: connection refused``),
+    which is what the kubelet's runtimes pass on in the error stream."""
+    if isinstance(err, TimeoutError):
+        return OSError(errno.ETIMEDOUT, f"{what}: i/o timeout")
+    code = err.errno if isinstance(err, OSError) and err.errno else errno.EIO
+    return OSError(code, f"{what}: connect: {os.strerror(code).lower()}")
 
 
 def _connect_in_netns(netns_path: str, port: int, timeout_s: float) -> socket.socket:
@@ -95,7 +109,12 @@ def dial_in_netns(netns_path: str) -> Dialer:
 
         # A fresh thread per dial: its namespace switch can never leak into a pooled thread.
         threading.Thread(target=work, name=f"netns-dial-{port}", daemon=True).start()
-        sock = await fut
+        try:
+            sock = await fut
+        except (TimeoutError, OSError) as err:
+            # containerd's wording (sandbox_portforward_linux.go): the dial happens in the netns.
+            raise _dial_error(f"failed to connect to localhost:{port} inside namespace {netns_path}, "
+                              f"IPv4: dial tcp4 127.0.0.1:{port}", err) from err
         return await asyncio.open_connection(sock=sock, limit=READ_CHUNK)
 
     return dial

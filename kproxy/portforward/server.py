@@ -48,7 +48,7 @@ def _reason(err: BaseException) -> str:
     if isinstance(err, asyncio.TimeoutError):
         return "i/o timeout"
     if isinstance(err, OSError) and err.strerror:
-        return err.strerror.lower()
+        return err.strerror
     return str(err) or type(err).__name__
 
 
