@@ -102,12 +102,15 @@ class ClusterServer:
         kube_minor: the Kubernetes minor version ``/version`` reports (1.``kube_minor``).
         bookmark_interval_s: seconds between watch bookmarks (the API server's is about 60).
         reload_interval_s: how often the manifests are polled for changes, seconds.
+        tunnel: accept the WebSocket tunnel; False makes a server that speaks SPDY only (as
+            before Kubernetes 1.31), so clients must fall back.
     """
 
     def __init__(self, manifests: Sequence[str | Path] = (), *, kube_minor: int = 33,
                  bookmark_interval_s: float = 60.0, reload_interval_s: float = 0.25,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, tunnel: bool = True) -> None:
         self.store = Store()
+        self.tunnel = tunnel
         self.kube_minor = kube_minor
         self.bookmark_interval_s = bookmark_interval_s
         self.reload_interval_s = reload_interval_s
@@ -452,7 +455,7 @@ class ClusterServer:
         protocols = [p.strip() for p in req.headers.get("sec-websocket-protocol", "").split(",")]
         stream_protos = [p.strip() for p in req.headers.get("x-stream-protocol-version", "").split(",")]
         channel: ByteChannel
-        if upgrade == "websocket" and TUNNEL_PROTOCOL in protocols:
+        if upgrade == "websocket" and TUNNEL_PROTOCOL in protocols and self.tunnel:
             headers = [("Upgrade", "websocket"), ("Connection", "Upgrade"),
                        ("Sec-WebSocket-Accept", accept_token(req.headers.get("sec-websocket-key", ""))),
                        ("Sec-WebSocket-Protocol", TUNNEL_PROTOCOL)]

@@ -198,6 +198,9 @@ async def _upgrade(endpoint: ApiEndpoint, method: str, path: str,
         if status != 101:
             raise UpgradeFailed(status, body.decode("utf-8", "replace"))
         return reader, writer, got, conn.trailing_data[0]
+    except UpgradeFailed:
+        writer.close()
+        raise
     except (h11.ProtocolError, ConnectionError, OSError) as err:
         writer.close()
         raise PortForwardError(f"upgrade of {path}: {err}") from err
