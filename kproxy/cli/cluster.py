@@ -75,5 +75,13 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Serve until SIGINT or SIGTERM."""
-    return asyncio.run(_main(args))
+    """Serve until SIGINT or SIGTERM.
+
+    Runs on uvloop when it is installed (as ``kproxy run``), else on asyncio's loop.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(_main(args))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_main(args))

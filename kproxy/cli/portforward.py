@@ -89,5 +89,13 @@ async def _main(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    """Run the forward until SIGINT/SIGTERM (0) or until the Pod goes away (1)."""
-    return asyncio.run(_main(args))
+    """Run the forward until SIGINT/SIGTERM (0) or until the Pod goes away (1).
+
+    Runs on uvloop when it is installed (as ``kproxy run``), else on asyncio's loop.
+    """
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(_main(args))
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        return runner.run(_main(args))

@@ -265,6 +265,10 @@ class ClusterServer:
                 conn.start_next_cycle()
         except (h11.ProtocolError, ConnectionError, OSError):
             return
+        except asyncio.CancelledError:
+            # aclose() ends connections; finishing normally keeps asyncio's stream callback
+            # from logging the cancellation as an unhandled error.
+            return
         finally:
             if task is not None:
                 self._tasks.discard(task)

@@ -268,7 +268,12 @@ async def port_forward(endpoint: ApiEndpoint, target: str, ports: Sequence[str],
                 local = writer.get_extra_info("sockname")[1]
                 if on_connection is not None:
                     on_connection(local)
-                await forwarder.forward(reader, writer, local, remote)
+                try:
+                    await forwarder.forward(reader, writer, local, remote)
+                except asyncio.CancelledError:
+                    # The forward is closing; end quietly (asyncio's stream callback would
+                    # log a cancelled handler as an error).
+                    writer.transport.abort()
             return handle
 
         try:

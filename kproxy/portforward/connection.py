@@ -17,6 +17,7 @@ peer does no flow control (spdystream, i.e. kubectl or the kubelet), a stream ho
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -43,6 +44,9 @@ __all__ = ["MAX_UNREAD", "READ_CHUNK", "ByteChannel", "SpdyConnection", "SpdyStr
 # Read size from the channel and per stream read, bytes: 256 KiB, the size the userspace relay
 # measured best on loopback (shared/reference/userspace-portforward.md §5.2).
 READ_CHUNK = 256 * 1024
+# Per-stream receive window, bytes: what one unread stream may buffer. 4 MiB, as Go's HTTP/2
+# transport gives a stream; enough to keep a loopback pipe full across a busy event loop.
+STREAM_WINDOW = 4 * 1024 * 1024
 # Unread bytes one stream may hold before the read loop pauses (peers without flow control).
 MAX_UNREAD = 4 * 1024 * 1024
 
@@ -111,7 +115,8 @@ class SpdyStream:
         self.conn = conn
         self.stream_id = stream_id
         self.headers = headers
-        self._buf = bytearray()
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._unread = 0
         self._eof = False
         self.reset_status: int | None = None
         self._readable = asyncio.Event()
@@ -121,7 +126,9 @@ class SpdyStream:
 
     # ---------------------------------------------------------- called by the connection
     def _on_data(self, data: bytes, fin: bool) -> None:
-        self._buf += data
+        if data:
+            self._chunks.append(data)
+            self._unread += len(data)
         self._eof = self._eof or fin
         self._readable.set()
 
@@ -136,7 +143,7 @@ class SpdyStream:
     @property
     def unread(self) -> int:
         """Bytes received and not yet read."""
-        return len(self._buf)
+        return self._unread
 
     async def wait_replied(self) -> None:
         """Wait for the peer's SYN_REPLY.
@@ -150,11 +157,16 @@ class SpdyStream:
 
     async def read(self, max_bytes: int = READ_CHUNK) -> bytes:
         """Up to ``max_bytes`` of data; ``b""`` after the peer's FIN (or a reset)."""
-        while not self._buf and not self._eof:
+        while not self._chunks and not self._eof:
             self._readable.clear()
             await self._readable.wait()
-        data = bytes(self._buf[:max_bytes])
-        del self._buf[:max_bytes]
+        if not self._chunks:
+            return b""
+        data = self._chunks.popleft()
+        if len(data) > max_bytes:
+            data, rest = data[:max_bytes], data[max_bytes:]
+            self._chunks.appendleft(rest)
+        self._unread -= len(data)
         if data:
             self.conn._consumed(self.stream_id, len(data))
         return data
@@ -185,7 +197,7 @@ class SpdyStream:
                 continue
             chunk, view = view[:n], view[n:]
             try:
-                self.conn.session.send_data(self.stream_id, bytes(chunk))
+                self.conn.session.send_data(self.stream_id, chunk)
             except ProtocolError as err:
                 raise PortForwardError(f"stream {self.stream_id}: {err}") from err
             self.conn.flush()
@@ -223,7 +235,7 @@ class SpdyConnection:
     """
 
     def __init__(self, channel: ByteChannel, role: Role, *, on_stream: StreamHandler | None = None,
-                 clock: Clock | None = None, initial_window: int = 1024 * 1024) -> None:
+                 clock: Clock | None = None, initial_window: int = STREAM_WINDOW) -> None:
         self.channel = channel
         self.session = SpdySession(role, initial_window=initial_window)
         self.clock = clock or MonotonicClock()

@@ -46,6 +46,7 @@ __all__ = [
     "SynReplyFrame",
     "SynStreamFrame",
     "WindowUpdateFrame",
+    "data_header",
     "encode",
 ]
 
@@ -266,6 +267,18 @@ def _control(ftype: FrameType, flags: int, payload: bytes) -> bytes:
     return struct.pack(">HHI", 0x8000 | SPDY_VERSION, ftype, (flags << 24) | len(payload)) + payload
 
 
+def data_header(stream_id: int, length: int, *, fin: bool = False) -> bytes:
+    """The 8-byte header of a DATA frame of ``length`` bytes (the payload follows it unchanged,
+    so a sender can queue header and payload without joining them).
+
+    Raises:
+        ProtocolError: ``length`` does not fit the 24-bit length field.
+    """
+    if length > MAX_FRAME_LENGTH:
+        raise ProtocolError(f"DATA of {length} bytes exceeds {MAX_FRAME_LENGTH}")
+    return struct.pack(">II", stream_id & _STREAM_ID_MASK, ((FLAG_FIN if fin else 0) << 24) | length)
+
+
 def encode(frame: Frame, codec: HeaderCodec) -> bytes:
     """The wire bytes of ``frame``; header blocks are compressed with ``codec`` (in order).
 
@@ -334,24 +347,32 @@ class FrameParser:
     def frames(self) -> Iterator[Frame]:
         """Every whole frame in the buffer, in order; the partial rest stays buffered."""
         buf = self._buf
-        while len(buf) >= 8:
-            word, flags_len = struct.unpack_from(">II", buf, 0)
-            length = flags_len & 0xFFFFFF
-            if len(buf) < 8 + length:
-                return
-            flags = flags_len >> 24
-            payload = bytes(buf[8:8 + length])
-            del buf[:8 + length]
-            if not word & 0x80000000:
-                yield DataFrame(stream_id=word & _STREAM_ID_MASK, data=payload, fin=bool(flags & FLAG_FIN))
-                continue
-            version = (word >> 16) & 0x7FFF
-            if version != SPDY_VERSION:
-                raise ProtocolError(f"control frame of SPDY version {version}, expected {SPDY_VERSION}",
-                                    status=RstStatus.UNSUPPORTED_VERSION)
-            frame = self._control(word & 0xFFFF, flags, payload)
-            if frame is not None:
-                yield frame
+        pos, end = 0, len(buf)
+        try:
+            while end - pos >= 8:
+                word, flags_len = struct.unpack_from(">II", buf, pos)
+                length = flags_len & 0xFFFFFF
+                if end - pos < 8 + length:
+                    return
+                flags = flags_len >> 24
+                payload = bytes(buf[pos + 8:pos + 8 + length])
+                pos += 8 + length
+                frame = self._frame(word, flags, payload)
+                if frame is not None:
+                    yield frame
+        finally:
+            # One compaction per call, not one per frame: a memmove of the rest each time
+            # made large reads quadratic.
+            del buf[:pos]
+
+    def _frame(self, word: int, flags: int, payload: bytes) -> Frame | None:
+        if not word & 0x80000000:
+            return DataFrame(stream_id=word & _STREAM_ID_MASK, data=payload, fin=bool(flags & FLAG_FIN))
+        version = (word >> 16) & 0x7FFF
+        if version != SPDY_VERSION:
+            raise ProtocolError(f"control frame of SPDY version {version}, expected {SPDY_VERSION}",
+                                status=RstStatus.UNSUPPORTED_VERSION)
+        return self._control(word & 0xFFFF, flags, payload)
 
     def _control(self, ftype: int, flags: int, p: bytes) -> Frame | None:
         fin = bool(flags & FLAG_FIN)

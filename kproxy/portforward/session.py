@@ -54,6 +54,7 @@ from kproxy.portforward.frames import (
     SynReplyFrame,
     SynStreamFrame,
     WindowUpdateFrame,
+    data_header,
     encode,
 )
 
@@ -77,9 +78,12 @@ __all__ = [
 
 # The draft's initial window, per stream and for the session (§2.6.8; 3.1 §2.6.8).
 DEFAULT_WINDOW = 64 * 1024
-# A stream's consumed bytes are credited back once they reach half its window, as Chromium's
-# SPDY session does, so WINDOW_UPDATEs stay few.
+# A stream's consumed bytes are credited back once they reach a quarter of its window, so the
+# sender never drains the window while an update is in flight and WINDOW_UPDATEs stay few.
 _MAX_WINDOW = 0x7FFFFFFF
+# DATA frames carry at most 1 MiB: fewer headers than the 64 KiB frames browsers used, and well
+# under the 24-bit limit; spdystream reads frames of any length.
+MAX_DATA_FRAME = 1 << 20
 
 
 class Role(enum.Enum):
@@ -232,7 +236,7 @@ class SpdySession:
         self.role = role
         self._codec = HeaderCodec()
         self._parser = FrameParser(self._codec)
-        self._out: list[bytes] = []
+        self._out: list[bytes | memoryview] = []
         self._streams: dict[int, _Stream] = {}
         self._next_sid = 1 if role is Role.CLIENT else 2
         self._next_ping = 1 if role is Role.CLIENT else 2
@@ -317,8 +321,10 @@ class SpdySession:
         if fin:
             self._transition(stream, _StreamEvent.SEND_FIN)
 
-    def send_data(self, stream_id: int, data: bytes, *, fin: bool = False) -> None:
-        """Queue ``data`` (and FIN with ``fin``) on ``stream_id``, split into frames of 64 KiB.
+    def send_data(self, stream_id: int, data: bytes | memoryview, *, fin: bool = False) -> None:
+        """Queue ``data`` (and FIN with ``fin``) on ``stream_id``, in frames of 1 MiB at most.
+
+        ``data`` must not change until :meth:`data_to_send` (it is queued by reference).
 
         Raises:
             ProtocolError: more than :meth:`sendable` bytes, or the stream's half is closed.
@@ -333,11 +339,12 @@ class SpdySession:
             stream.send_window -= len(data)
             self._w.session_send -= len(data)
         view = memoryview(data)
-        chunk = 64 * 1024
-        for start in range(0, len(data), chunk):
-            last = start + chunk >= len(data)
-            self._queue(DataFrame(stream_id=stream_id, data=bytes(view[start:start + chunk]),
-                                  fin=fin and last))
+        for start in range(0, len(data), MAX_DATA_FRAME):
+            part = view[start:start + MAX_DATA_FRAME]
+            last = start + MAX_DATA_FRAME >= len(data)
+            # Header and payload are queued apart: the payload is never copied here.
+            self._out.append(data_header(stream_id, len(part), fin=fin and last))
+            self._out.append(part)
         if not data and fin:
             self._queue(DataFrame(stream_id=stream_id, data=b"", fin=True))
         if fin:
@@ -358,12 +365,12 @@ class SpdySession:
 
     def consumed(self, stream_id: int, n: int) -> None:
         """The application consumed ``n`` bytes of ``stream_id``: credit them back to the peer
-        once they reach half the stream's window (a WINDOW_UPDATE)."""
+        once they reach a quarter of the stream's window (a WINDOW_UPDATE)."""
         stream = self._streams.get(stream_id)
         if stream is None or n <= 0:
             return
         stream.unacked += n
-        if stream.unacked >= self._recv_initial // 2 and stream.state in (
+        if stream.unacked >= self._recv_initial // 4 and stream.state in (
                 StreamState.OPEN, StreamState.HALF_CLOSED_LOCAL):
             stream.recv_window += stream.unacked
             self._queue(WindowUpdateFrame(stream_id=stream_id, delta=stream.unacked))
