@@ -182,7 +182,11 @@ class PortForwarder:
         from the server is recorded (and passed to ``on_error``) and ends only this connection."""
         rid = next(self._ids)
         try:
-            err_stream = await self.conn.open_stream(stream_headers(StreamType.ERROR, remote, rid))
+            # Both SYN_STREAMs go out back to back, saving client-go's round trip between them;
+            # no payload is sent before the data stream's SYN_REPLY. The error stream's FIN may
+            # precede its reply: spdystream handles a stream's frames in order, after its SYN.
+            err_stream = await self.conn.open_stream(stream_headers(StreamType.ERROR, remote, rid),
+                                                     wait_reply=False)
             err_stream.close()  # we never write to it (client-go does the same)
             data = await self.conn.open_stream(stream_headers(StreamType.DATA, remote, rid))
         except PortForwardError:
