@@ -145,7 +145,8 @@ async def main(args: argparse.Namespace) -> None:
         return [*argv, "--kubeconfig", kc, "--address", "127.0.0.1", "pod/bench", f":{sink}", f":{echo}"]
 
     clients = {
-        "kubectl websocket": (forward([KUBECTL, "port-forward"]), {"KUBECTL_PORT_FORWARD_WEBSOCKETS": "true"}),
+        "kubectl websocket": (forward([KUBECTL, "port-forward"]),
+                              {"KUBECTL_PORT_FORWARD_WEBSOCKETS": "true"}),
         "kproxy websocket": (forward([*KPROXY, "port-forward"]), {}),
         "kubectl spdy": (forward([KUBECTL, "port-forward"]), {"KUBECTL_PORT_FORWARD_WEBSOCKETS": "false"}),
         "kproxy spdy": (forward([*KPROXY, "port-forward", "--no-tunnel"]), {}),
