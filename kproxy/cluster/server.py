@@ -361,7 +361,7 @@ class ClusterServer:
         except InvalidArgument as err:
             await self._send(conn, writer, 400, api.status_document(400, "BadRequest", str(err)))
             return True
-        if req.q("watch") in ("true", "1"):
+        if req.q("watch").lower() in ("true", "1"):
             await self._watch(conn, req, res, ns, labels, fields, reader, writer)
             return False
         rv, items = self.store.items(res.name, ns)
@@ -405,7 +405,7 @@ class ClusterServer:
             for old in replay:
                 watch.queue.put_nowait(old)
             timeout_s = float(req.q("timeoutSeconds") or 1800)
-            bookmarks = req.q("allowWatchBookmarks") == "true"
+            bookmarks = req.q("allowWatchBookmarks").lower() == "true"
             last_rv = start
             eof = asyncio.ensure_future(reader.read(1))
             deadline = self.clock.now() + timeout_s
