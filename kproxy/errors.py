@@ -17,6 +17,8 @@ __all__ = [
     "KernelError",
     "KproxyError",
     "NoEndpointsError",
+    "PortForwardError",
+    "ProtocolError",
     "SourceError",
 ]
 
@@ -81,3 +83,19 @@ class InvalidTransition(KproxyError, RuntimeError):
 
     The message names the machine, the state and the event.
     """
+
+
+class ProtocolError(KproxyError, ValueError):
+    """A peer broke a wire protocol (SPDY/3.1, the port-forward stream protocol, WebSocket).
+
+    Attributes:
+        status: the SPDY status code that describes it (RST_STREAM or GOAWAY), 1 = PROTOCOL_ERROR.
+    """
+
+    def __init__(self, message: str, *, status: int = 1) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+class PortForwardError(KproxyError, ConnectionError):
+    """A port-forward failed: the upgrade was refused, the pod went away or a stream was reset."""

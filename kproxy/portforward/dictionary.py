@@ -1,0 +1,44 @@
+"""SPDY/3's zlib dictionary for header blocks (draft-mbelshe-httpbis-spdy-00 §2.6.10.1).
+
+Built from its two parts as the draft lays it out: header names and common values, each
+preceded by a 4-byte big-endian length, then a run of plain text (status codes and phrases,
+dates, media types, charsets). The result is 1423 bytes; a peer's inflate fails on any other.
+"""
+
+from __future__ import annotations
+
+import struct
+
+__all__ = ["SPDY3_DICTIONARY"]
+
+_WORDS = (
+    "options", "head", "post", "put", "delete", "trace", "accept", "accept-charset",
+    "accept-encoding", "accept-language", "accept-ranges", "age", "allow", "authorization",
+    "cache-control", "connection", "content-base", "content-encoding", "content-language",
+    "content-length", "content-location", "content-md5", "content-range", "content-type", "date",
+    "etag", "expect", "expires", "from", "host", "if-match", "if-modified-since", "if-none-match",
+    "if-range", "if-unmodified-since", "last-modified", "location", "max-forwards", "pragma",
+    "proxy-authenticate", "proxy-authorization", "range", "referer", "retry-after", "server", "te",
+    "trailer", "transfer-encoding", "upgrade", "user-agent", "vary", "via", "warning",
+    "www-authenticate", "method", "get", "status", "200 OK", "version", "HTTP/1.1", "url", "public",
+    "set-cookie", "keep-alive", "origin",
+)
+
+_TEXT = (
+    "100101201202205206300302303304305306307402405406407408409410411412413414415416417502504505"
+    "203 Non-Authoritative Information204 No Content301 Moved Permanently400 Bad Request"
+    "401 Unauthorized403 Forbidden404 Not Found500 Internal Server Error501 Not Implemented"
+    "503 Service UnavailableJan Feb Mar Apr May Jun Jul Aug Sept Oct Nov Dec 00:00:00 "
+    "Mon, Tue, Wed, Thu, Fri, Sat, Sun, GMT"
+    "chunked,text/html,image/png,image/jpg,image/gif,application/xml,application/xhtml+xml,"
+    "text/plain,text/javascript,publicprivatemax-age=gzip,deflate,sdch"
+    "charset=utf-8charset=iso-8859-1,utf-,*,enq=0."
+)
+
+
+def _build() -> bytes:
+    words = b"".join(struct.pack(">I", len(w)) + w.encode("ascii") for w in _WORDS)
+    return words + _TEXT.encode("ascii")
+
+
+SPDY3_DICTIONARY: bytes = _build()
