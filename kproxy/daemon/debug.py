@@ -2,9 +2,10 @@
 
 :class:`KernelDebug` reads the live emulated kernels of the running modes, one per proxied family:
 their rules in the kernel tools' formats (``iptables-save``; for the ipvs mode also
-``ipvsadm-save -n`` and ``ipset save``), and a trace of one packet through them, built exactly
-as ``kproxy trace`` builds it for a node's dumps (:func:`~kproxy.trace.netfilter.trace_packet`,
-:func:`~kproxy.trace.ipvs.trace_ipvs`). A trace enumerates outcomes and changes nothing, so the
+``ipvsadm-save -n`` and ``ipset save``; ``nft list table`` for the nftables mode), and a trace
+of one packet through them, built exactly as ``kproxy trace`` builds it for a node's dumps
+(:func:`~kproxy.trace.netfilter.trace_packet`, :func:`~kproxy.trace.ipvs.trace_ipvs`,
+:func:`~kproxy.trace.nftables.trace_nftables`). A trace enumerates outcomes and changes nothing, so the
 running node's counters and conntrack stay as its own traffic left them; it sees that state too
 (an established flow's conntrack entry, a filled ``recent`` list).
 """
@@ -18,17 +19,21 @@ from collections.abc import Mapping, Sequence
 from emulation.ipset import format_save
 from emulation.ipvs import format_rules
 from kproxy.errors import ConfigError
-from kproxy.kernel import EmulatedIpvs, EmulatedNetfilter
+from kproxy.kernel import EmulatedIpvs, EmulatedNetfilter, EmulatedNftables, run_now
 from kproxy.model import IPFamily
 from kproxy.modes.iptables import IptablesMode
 from kproxy.modes.ipvs.mode import IpvsMode
+from kproxy.modes.nftables import NftablesMode
 from kproxy.trace.ipvs import trace_ipvs
 from kproxy.trace.netfilter import TraceResult, format_trace, make_packet, trace_packet
+from kproxy.trace.nftables import trace_nftables
 
 __all__ = ["DUMPS", "KernelDebug"]
 
 #: The ``dump`` names ``/debug/rules`` takes, as the tool that prints each is called.
-DUMPS = ("iptables-save", "ipvsadm-save", "ipset-save")
+DUMPS = ("iptables-save", "ipvsadm-save", "ipset-save", "nft-ruleset")
+
+Mode = IptablesMode | IpvsMode | NftablesMode
 
 
 class KernelDebug:
@@ -42,15 +47,17 @@ class KernelDebug:
         ConfigError: a mode is not over an emulated kernel.
     """
 
-    def __init__(self, modes: Sequence[IptablesMode | IpvsMode], node_ips: Sequence[str]) -> None:
+    def __init__(self, modes: Sequence[Mode], node_ips: Sequence[str]) -> None:
         for mode in modes:
-            if not isinstance(mode.kernel, EmulatedNetfilter | EmulatedIpvs):
+            if not isinstance(mode.kernel, EmulatedNetfilter | EmulatedIpvs | EmulatedNftables):
                 raise ConfigError("the debug endpoints need --kernel emulated")
         self._modes = {mode.config.family: mode for mode in modes}
         self._node_ips = tuple(node_ips)
 
-    def _dumps(self, mode: IptablesMode | IpvsMode) -> dict[str, str]:
+    def _dumps(self, mode: Mode) -> dict[str, str]:
         kernel = mode.kernel
+        if isinstance(kernel, EmulatedNftables):
+            return {"nft-ruleset": run_now(kernel.list_ruleset())}
         if isinstance(kernel, EmulatedIpvs):
             node = kernel.node
             return {"ipvsadm-save": format_rules(node.ipvs), "ipset-save": format_save(node.ipsets),
@@ -125,6 +132,10 @@ class KernelDebug:
         if not text.isdigit() or int(text) < 1:
             raise ConfigError(f"connections: expected a whole number >= 1, got {text!r}")
         kernel = mode.kernel
+        if isinstance(kernel, EmulatedNftables):
+            if int(text) != 1:
+                raise ConfigError("connections: only the ipvs mode simulates several connections")
+            return trace_nftables(kernel.netns, packet)
         if isinstance(kernel, EmulatedIpvs):
             return trace_ipvs(kernel.node, packet, connections=int(text), zero_builtin_lines=True)
         if int(text) != 1:

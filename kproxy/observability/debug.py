@@ -4,10 +4,11 @@ kube-proxy has no such endpoints: on a real node one reads ``iptables-save`` and
 own tools. A ``--kernel emulated`` run has no kernel to ask, so its metrics server (loopback by
 default, like ``/metrics``) answers for it:
 
-* ``GET /debug/rules[?family=IPv4|IPv6][&dump=iptables-save|ipvsadm-save|ipset-save]``: the
+* ``GET /debug/rules[?family=IPv4|IPv6][&dump=iptables-save|ipvsadm-save|ipset-save|nft-ruleset]``: the
   rules the running modes programmed, in the kernel tools' own formats, so that the text can be
-  given back to ``kproxy trace --iptables-save FILE`` or ``--ipvs-dump FILE``. Without ``dump``
-  every dump of every family is printed, each section headed by a ``#`` comment line.
+  given back to ``kproxy trace --iptables-save FILE``, ``--ipvs-dump FILE`` or
+  ``--nft-ruleset FILE``. Without ``dump`` every dump of every family is printed, each section
+  headed by a ``#`` comment line.
 * ``GET /debug/trace?src=IP[:PORT]&dst=IP:PORT[&proto=tcp|udp|sctp][&connections=N][&format=text]``:
   where that packet goes through the live node, as ``kproxy trace --json`` prints it (or its
   text report). ``kproxy trace --from-run URL`` asks this.

@@ -115,3 +115,21 @@ def test_trace_from_run_that_is_not_running_names_the_url() -> None:
     out = _kproxy("trace", "--from-run", url, "--src", "10.0.0.2", "--dst", SVC4)
     assert out.returncode != 0
     assert url in out.stderr and "--kernel emulated" in out.stderr
+
+
+@pytest.mark.parametrize("running", ["nftables"], indirect=True, scope="module")
+def test_debug_rules_of_the_nftables_mode_list_its_table_and_trace_through_it(running: str, tmp_path: Path) -> None:
+    """The nftables mode's /debug/rules is `nft list table ip kube-proxy`; it loads back into
+    `kproxy trace --nft-ruleset` and gives the endpoints /debug/trace gives."""
+    status, rules = _get(f"{running}/debug/rules?family=IPv4&dump=nft-ruleset")
+    assert status == 200 and rules.startswith("table ip kube-proxy {") and "172.30.0.44" in rules
+    status, body = _get(f"{running}/debug/trace?src=10.0.0.2:40000&dst={SVC4}")
+    assert status == 200
+    live = json.loads(body)["endpoints"]
+    saved = tmp_path / "node.nft"
+    saved.write_text(rules)
+    offline = _kproxy("trace", "--nft-ruleset", str(saved), "--node-ip", NODE_IP, "--src", "10.0.0.2:40000",
+                      "--dst", SVC4, "--json")
+    assert offline.returncode == 0, offline.stderr
+    assert json.loads(offline.stdout)["endpoints"] == live
+    assert {e["address"] for e in live} == {f"{PA}:8080", f"{PB}:8080"}
