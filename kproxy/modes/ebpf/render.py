@@ -31,9 +31,10 @@ used them, so the datapath never reads a dangling backend id.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from kproxy.errors import InvalidArgument
 from kproxy.model import IPFamily, Protocol, ServicePortName
@@ -181,17 +182,23 @@ class EbpfMaps:
     Attributes:
         frontends: every frontend, by family then address, port, protocol and scope.
         backends: ``(backend_id, Backend)`` by id.
+        backend_bytes: ``{backend_id: (map, key, value)}`` already packed (optional: what is
+            missing is packed by :meth:`entries`).
     """
 
     frontends: tuple[RenderedFrontend, ...]
     backends: tuple[tuple[int, Backend], ...]
+    backend_bytes: Mapping[int, tuple[str, bytes, bytes]] = field(default_factory=dict, compare=False,
+                                                                   repr=False)
 
     def entries(self) -> dict[str, dict[bytes, bytes]]:
         """Every map's entries as bytes, ``{map name: {key: value}}`` (a full fill)."""
         out: dict[str, dict[bytes, bytes]] = {}
         for backend_id, be in self.backends:
-            v = "6" if ":" in be.address else "4"
-            out.setdefault(f"cilium_lb{v}_backends_v3", {})[backend_key(backend_id)] = be.pack()
+            packed = self.backend_bytes.get(backend_id)
+            if packed is None:
+                packed = (_backends_map(be.address), backend_key(backend_id), be.pack())
+            out.setdefault(packed[0], {})[packed[1]] = packed[2]
         for fe in self.frontends:
             for name, key, value in fe.packed:
                 out.setdefault(name, {})[key] = value
@@ -250,6 +257,7 @@ class MapState:
     _backend_ids: _Ids = field(default_factory=lambda: _Ids(_MAX_BACKEND_ID))
     _backends: dict[int, Backend] = field(default_factory=dict)
     _backend_plans: dict[int, BackendPlan] = field(default_factory=dict)
+    _backend_bytes: dict[int, tuple[str, bytes, bytes]] = field(default_factory=dict)
     _refs: dict[int, int] = field(default_factory=dict)
     _revision: int | None = None
 
@@ -279,6 +287,7 @@ class MapState:
             if self._refs.get(backend_id, 0) <= 0:
                 be = self._backends.pop(backend_id)
                 self._backend_plans.pop(backend_id, None)
+                self._backend_bytes.pop(backend_id, None)
                 self._refs.pop(backend_id, None)
                 self._backend_ids.release((be.address, be.port, _proto_of(be.proto)))
                 ops.append(MapOp(_backends_map(be.address), OpKind.DELETE, backend_key(backend_id)))
@@ -290,7 +299,8 @@ class MapState:
         """The whole current contents, frozen."""
         fes = [fe for group in self._frontends.values() for fe in group]
         fes.sort(key=lambda fe: (fe.family, fe.plan.address, fe.plan.port, fe.plan.protocol, fe.plan.scope))
-        return EbpfMaps(frontends=tuple(fes), backends=tuple(sorted(self._backends.items())))
+        return EbpfMaps(frontends=tuple(fes), backends=tuple(sorted(self._backends.items())),
+                        backend_bytes=MappingProxyType(dict(self._backend_bytes)))
 
     def _sync_port(self, key: _PortKey, info: ServicePortInfo | None, first: list[MapOp],
                    ops: list[MapOp], touched: set[int]) -> None:
@@ -336,8 +346,9 @@ class MapState:
                 value = Backend(address=be.address, port=be.port, proto=IPPROTO[be.protocol], state=be.state)
                 self._backends[backend_id] = value
                 plans[backend_id] = be
-                first.append(MapOp(_backends_map(be.address), OpKind.UPDATE, backend_key(backend_id),
-                                   value.pack()))
+                packed = (_backends_map(be.address), _U32.pack(backend_id), value.pack())
+                self._backend_bytes[backend_id] = packed
+                first.append(MapOp(packed[0], OpKind.UPDATE, packed[1], packed[2]))
             refs[backend_id] = refs.get(backend_id, 0) + 1
             touched.add(backend_id)
             ids.append(backend_id)
