@@ -75,9 +75,10 @@ def predict_connect(k: EmulatedBpf, lb: SockLB, address: str, port: int, protoco
         InvalidArgument: not an IP address, or a protocol other than TCP (6) and UDP (17).
     """
     try:
-        family = IPFamily.IPv6 if ipaddress.ip_address(address).version == 6 else IPFamily.IPv4
+        dst = ipaddress.ip_address(address)
     except ValueError:
         raise InvalidArgument(f"predict_connect: {address=} is not an IP address") from None
+    family = IPFamily.IPv6 if dst.version == 6 else IPFamily.IPv4
     if protocol not in (6, 17):
         raise InvalidArgument(f"predict_connect: {protocol=} is not TCP (6) or UDP (17)")
     connect, send = FORWARD_HOOKS[family]
@@ -91,7 +92,7 @@ def predict_connect(k: EmulatedBpf, lb: SockLB, address: str, port: int, protoco
         out = run.ctx if isinstance(run.ctx, SockAddr) else ctx
         if run.ret32 != 1:
             verdict, err = ConnectVerdict.REFUSED, -(run.retval or -1)  # EPERM without a retval
-        elif (out.user_ip, out.user_port) != (ctx.user_ip, ctx.user_port):
+        elif (ipaddress.ip_address(out.user_ip), out.user_port) != (dst, port):
             verdict, err = ConnectVerdict.TRANSLATED, None
         else:
             verdict, err = ConnectVerdict.UNTRANSLATED, None
