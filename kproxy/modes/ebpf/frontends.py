@@ -13,6 +13,12 @@ reconciler (``pkg/loadbalancer/reconciler/bpf_reconciler.go``, ``updateFrontend`
   policies is Local (``twoScopes``), the internal-scope twin carrying the internal policy's
   backends.
 
+The ``service.cilium.io/lb-algorithm`` annotation (``random`` or ``maglev``) is always honoured,
+as Cilium does with ``--bpf-lb-algorithm-annotation=true``: it goes into the master entry's
+algorithm bits and decides ``useMaglev`` for every frontend but the surrogates; without it the
+bits are 0 (the datapath's default) and Maglev tables are built, with ``--bpf-lb-algorithm
+maglev``, for the routable frontends that are not ClusterIPs (``ExternalClusterIP`` off).
+
 Backends follow Cilium's EndpointSlice parsing: a ready endpoint is active, a serving and
 terminating one is terminating, any other is left out. A Local policy keeps the node's own
 backends only; there is no fallback to the cluster's (the master then has count 0 and the
@@ -171,6 +177,7 @@ def plan_frontends(info: ServicePortInfo, config: EbpfConfig) -> tuple[FrontendP
     timeout = info.session_affinity_timeout_s or 0
     unspecified = "::" if info.family is IPFamily.IPv6 else "0.0.0.0"
     out: list[FrontendPlan] = []
+    backend_sets: dict[bool, tuple[BackendPlan, ...]] = {}
 
     def add(kind: FrontendType, address: str, port: int, scope: Scope) -> None:
         surrogate = address == unspecified
@@ -192,7 +199,13 @@ def plan_frontends(info: ServicePortInfo, config: EbpfConfig) -> tuple[FrontendP
             address=address, port=port, protocol=info.protocol, scope=scope, type=kind,
             surrogate=surrogate, flags=flags, flags2=flags2, algorithm=annotated,
             effective_algorithm=effective, use_maglev=maglev, affinity_timeout_s=timeout,
-            backends=_backends(info, local_only), source_ranges=ranges))
+            backends=backends_of(local_only), source_ranges=ranges))
+
+    def backends_of(local_only: bool) -> tuple[BackendPlan, ...]:
+        found = backend_sets.get(local_only)
+        if found is None:
+            found = backend_sets[local_only] = _backends(info, local_only)
+        return found
 
     add(FrontendType.CLUSTER_IP, info.cluster_ip, info.port, Scope.EXTERNAL)
     if info.node_port and info.service_type in (ServiceType.NodePort, ServiceType.LoadBalancer):

@@ -31,9 +31,10 @@ used them, so the datapath never reads a dangling backend id.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 
 from kproxy.errors import InvalidArgument
 from kproxy.model import IPFamily, Protocol, ServicePortName
@@ -49,7 +50,9 @@ from kproxy.modes.ebpf.layout import (
     MaglevOuterKey,
     ReverseNat,
     ReverseNatKey,
+    Scope,
     ServiceFlag,
+    ServiceFlag2,
     ServiceKey,
     ServiceValue,
     SourceRangeKey,
@@ -58,7 +61,7 @@ from kproxy.modes.ebpf.layout import (
 )
 from kproxy.modes.ebpf.maglev import MaglevBackend, backend_hash_string, lookup_table
 
-__all__ = ["EbpfMaps", "MapOp", "MapState", "OpKind", "RenderedFrontend", "render"]
+__all__ = ["EbpfMaps", "MapOp", "MapState", "OpKind", "RenderedFrontend", "render", "slot_layout"]
 
 #: ``firstFreeServiceID``/``maxSetOfServiceID`` and the backend twins (``id_allocator.go``).
 _MAX_SERVICE_ID = 0xFFFF
@@ -67,7 +70,8 @@ _AFFINITY_MATCH = "cilium_lb_affinity_match"
 #: Where ``backend_slot`` (host-order ``__u16``) sits in ``lb4_key``/``lb6_key``, and the
 #: host-order words of a slot value's first field.
 _SLOT_AT = {"4": 6, "6": 18}
-_ACTIVE, _TERMINATING, _MAINTENANCE = BackendState.ACTIVE, BackendState.TERMINATING, BackendState.MAINTENANCE
+_ACTIVE, _TERMINATING = BackendState.ACTIVE, BackendState.TERMINATING
+_QUARANTINED, _MAINTENANCE = BackendState.QUARANTINED, BackendState.MAINTENANCE
 _U16 = struct.Struct("=H")
 _U32 = struct.Struct("=I")
 _ZERO = b"\0"
@@ -108,6 +112,7 @@ class RenderedFrontend:
         rev_nat_index: its service id.
         master: the slot-0 value.
         slots: the backend id of slot 1..N.
+        slot_states: the state of each slot's backend (a quarantined one is flagged on its slot).
         maglev: its Maglev table (empty when it has none).
         affinity_match: the backend ids with an affinity-match entry.
         packed: every ``(map, key, value)`` it owns, as bytes (:meth:`entries`), made once.
@@ -119,6 +124,7 @@ class RenderedFrontend:
     rev_nat_index: int
     master: ServiceValue
     slots: tuple[int, ...]
+    slot_states: tuple[BackendState, ...]
     maglev: tuple[int, ...]
     affinity_match: tuple[int, ...]
     packed: tuple[tuple[str, bytes, bytes], ...] = field(init=False, compare=False, repr=False)
@@ -147,9 +153,13 @@ class RenderedFrontend:
                                        flags=slot_flags, flags2=slot_flags2).pack()
             head, tail = first_key[:_SLOT_AT[v]], first_key[_SLOT_AT[v] + 2:]
             rest = first_value[4:]
+            quarantined = ServiceValue(rev_nat_index=self.rev_nat_index, flags=slot_flags,
+                                       flags2=slot_flags2 | ServiceFlag2.QUARANTINED).pack()[4:]
             services = f"cilium_lb{v}_services_v2"
-            for slot, backend_id in enumerate(self.slots, start=1):
-                yield services, head + _U16.pack(slot) + tail, _U32.pack(backend_id) + rest
+            pairs = zip(self.slots, self.slot_states, strict=True)
+            for slot, (backend_id, state) in enumerate(pairs, start=1):
+                yield (services, head + _U16.pack(slot) + tail,
+                       _U32.pack(backend_id) + (quarantined if state is _QUARANTINED else rest))
         yield (f"cilium_lb{v}_reverse_nat", ReverseNatKey(rev_nat_index=self.rev_nat_index).pack(),
                ReverseNat(address=p.address, port=p.port).pack())
         if self.maglev:
@@ -172,17 +182,23 @@ class EbpfMaps:
     Attributes:
         frontends: every frontend, by family then address, port, protocol and scope.
         backends: ``(backend_id, Backend)`` by id.
+        backend_bytes: ``{backend_id: (map, key, value)}`` already packed (optional: what is
+            missing is packed by :meth:`entries`).
     """
 
     frontends: tuple[RenderedFrontend, ...]
     backends: tuple[tuple[int, Backend], ...]
+    backend_bytes: Mapping[int, tuple[str, bytes, bytes]] = field(default_factory=dict, compare=False,
+                                                                   repr=False)
 
     def entries(self) -> dict[str, dict[bytes, bytes]]:
         """Every map's entries as bytes, ``{map name: {key: value}}`` (a full fill)."""
         out: dict[str, dict[bytes, bytes]] = {}
         for backend_id, be in self.backends:
-            v = "6" if ":" in be.address else "4"
-            out.setdefault(f"cilium_lb{v}_backends_v3", {})[backend_key(backend_id)] = be.pack()
+            packed = self.backend_bytes.get(backend_id)
+            if packed is None:
+                packed = (_backends_map(be.address), backend_key(backend_id), be.pack())
+            out.setdefault(packed[0], {})[packed[1]] = packed[2]
         for fe in self.frontends:
             for name, key, value in fe.packed:
                 out.setdefault(name, {})[key] = value
@@ -236,10 +252,12 @@ class MapState:
     ops_total: int = 0
     _frontends: dict[_PortKey, tuple[RenderedFrontend, ...]] = field(default_factory=dict)
     _infos: dict[_PortKey, ServicePortInfo] = field(default_factory=dict)
+    _owners: dict[tuple[str, int, Protocol, Scope], _PortKey] = field(default_factory=dict)
     _service_ids: _Ids = field(default_factory=lambda: _Ids(_MAX_SERVICE_ID))
     _backend_ids: _Ids = field(default_factory=lambda: _Ids(_MAX_BACKEND_ID))
     _backends: dict[int, Backend] = field(default_factory=dict)
     _backend_plans: dict[int, BackendPlan] = field(default_factory=dict)
+    _backend_bytes: dict[int, tuple[str, bytes, bytes]] = field(default_factory=dict)
     _refs: dict[int, int] = field(default_factory=dict)
     _revision: int | None = None
 
@@ -269,6 +287,7 @@ class MapState:
             if self._refs.get(backend_id, 0) <= 0:
                 be = self._backends.pop(backend_id)
                 self._backend_plans.pop(backend_id, None)
+                self._backend_bytes.pop(backend_id, None)
                 self._refs.pop(backend_id, None)
                 self._backend_ids.release((be.address, be.port, _proto_of(be.proto)))
                 ops.append(MapOp(_backends_map(be.address), OpKind.DELETE, backend_key(backend_id)))
@@ -280,14 +299,22 @@ class MapState:
         """The whole current contents, frozen."""
         fes = [fe for group in self._frontends.values() for fe in group]
         fes.sort(key=lambda fe: (fe.family, fe.plan.address, fe.plan.port, fe.plan.protocol, fe.plan.scope))
-        return EbpfMaps(frontends=tuple(fes), backends=tuple(sorted(self._backends.items())))
+        return EbpfMaps(frontends=tuple(fes), backends=tuple(sorted(self._backends.items())),
+                        backend_bytes=MappingProxyType(dict(self._backend_bytes)))
 
     def _sync_port(self, key: _PortKey, info: ServicePortInfo | None, first: list[MapOp],
                    ops: list[MapOp], touched: set[int]) -> None:
         old = {fe.plan.key: fe for fe in self._frontends.get(key, ())}
         plans = plan_frontends(info, self.config) if info is not None else ()
         new: list[RenderedFrontend] = []
+        seen: set[tuple[str, int, Protocol, Scope]] = set()
         for plan in plans:
+            # A frontend two service ports claim (the same NodePort, an external IP that is
+            # another Service's LoadBalancer address) stays with the port that took it first,
+            # as Cilium's writer refuses the conflicting one.
+            if plan.key in seen or self._owners.setdefault(plan.key, key) != key:
+                continue
+            seen.add(plan.key)
             fe = self._render(key, plan, first, touched)
             prev = old.pop(plan.key, None)
             self._diff(prev, fe, ops)
@@ -298,6 +325,7 @@ class MapState:
             self._diff(prev, None, ops)
             self._unref(prev, touched)
             self._service_ids.release(prev.plan.key)
+            self._owners.pop(prev.plan.key, None)
         if info is None:
             self._frontends.pop(key, None)
             self._infos.pop(key, None)
@@ -310,31 +338,22 @@ class MapState:
         rev = self._service_ids.acquire(plan.key)
         acquire = self._backend_ids.acquire
         plans, refs = self._backend_plans, self._refs
-        in_slots: list[tuple[int, BackendPlan]] = []
-        active = terminating = 0
+        ids: list[int] = []
         for be in plan.backends:
             backend_id = acquire((be.address, be.port, be.protocol))
-            if plans.get(backend_id) != be:
+            known = plans.get(backend_id)
+            if known is not be and known != be:
                 value = Backend(address=be.address, port=be.port, proto=IPPROTO[be.protocol], state=be.state)
                 self._backends[backend_id] = value
                 plans[backend_id] = be
-                first.append(MapOp(_backends_map(be.address), OpKind.UPDATE, backend_key(backend_id),
-                                   value.pack()))
+                packed = (_backends_map(be.address), _U32.pack(backend_id), value.pack())
+                self._backend_bytes[backend_id] = packed
+                first.append(MapOp(packed[0], OpKind.UPDATE, packed[1], packed[2]))
             refs[backend_id] = refs.get(backend_id, 0) + 1
             touched.add(backend_id)
-            state = be.state
-            if state is _MAINTENANCE:
-                continue  # in the backends map, never in a slot
-            in_slots.append((backend_id, be))
-            if state is _ACTIVE:
-                active += 1
-            elif state is _TERMINATING:
-                terminating += 1
-        inactive = len(in_slots) - active - terminating
-        if active == 0:
-            active = terminating
-        else:
-            inactive += terminating
+            ids.append(backend_id)
+        picked, active, inactive = slot_layout(plan.backends)
+        in_slots = [(ids[i], plan.backends[i]) for i in picked]
         master = ServiceValue.master_entry(
             count=active, qcount=inactive, rev_nat_index=rev, flags=plan.flags, flags2=plan.flags2,
             affinity_timeout_s=plan.affinity_timeout_s, algorithm=plan.algorithm)
@@ -345,7 +364,9 @@ class MapState:
         matches = (tuple(i for i, be in in_slots if be.state is _ACTIVE)
                    if plan.affinity_timeout_s else ())
         return RenderedFrontend(name=key[1], family=key[0], plan=plan, rev_nat_index=rev, master=master,
-                                slots=tuple(i for i, _ in in_slots), maglev=table, affinity_match=matches)
+                                slots=tuple(i for i, _ in in_slots),
+                                slot_states=tuple(be.state for _, be in in_slots), maglev=table,
+                                affinity_match=matches)
 
     def _unref(self, fe: RenderedFrontend, touched: set[int]) -> None:
         for be in fe.plan.backends:
@@ -372,6 +393,32 @@ class MapState:
         for name, key in before:
             if (name, key) not in after:
                 ops.append(MapOp(name, OpKind.DELETE, key))
+
+
+def slot_layout(backends: Sequence[BackendPlan]) -> tuple[tuple[int, ...], int, int]:
+    """Which of a frontend's sorted backends get slots 1..N, and the master's ``count`` and
+    ``qcount``, as ``updateFrontend``: maintenance backends get no slot; ``count`` is the active
+    backends, or the terminating ones when none is active (KEP-1669); ``qcount`` is the rest
+    (quarantined, and terminating when some backend is active).
+
+    Returns:
+        ``(indices into backends, count, qcount)``.
+    """
+    picked: list[int] = []
+    active = terminating = 0
+    for i, be in enumerate(backends):
+        state = be.state
+        if state is _MAINTENANCE:
+            continue
+        picked.append(i)
+        if state is _ACTIVE:
+            active += 1
+        elif state is _TERMINATING:
+            terminating += 1
+    inactive = len(picked) - active - terminating
+    if active == 0:
+        return tuple(picked), terminating, inactive
+    return tuple(picked), active, inactive + terminating
 
 
 def _hash_string(be: BackendPlan) -> str:

@@ -256,3 +256,45 @@ def test_removing_a_service_deletes_its_entries_and_frees_no_id_for_immediate_re
     _apply(table, state.sync(_snap(docs, revision=9)))
     fe = _fe(state.maps(), "10.96.0.10")
     assert fe.rev_nat_index == 2 and fe.slots == (2,)  # the allocator moves on, as Cilium's
+
+
+def test_slot_layout_of_every_backend_state() -> None:
+    from kproxy.model import Protocol
+    from kproxy.modes.ebpf.frontends import BackendPlan
+    from kproxy.modes.ebpf.render import slot_layout
+
+    def bes(*states: BackendState) -> list[BackendPlan]:
+        return [BackendPlan(f"10.0.0.{i}", 80, Protocol.TCP, st) for i, st in enumerate(states, start=1)]
+
+    a, t, q, m = BackendState.ACTIVE, BackendState.TERMINATING, BackendState.QUARANTINED, BackendState.MAINTENANCE
+    assert slot_layout(bes(a, a, t, q, m)) == ((0, 1, 2, 3), 2, 2)  # maintenance: no slot
+    assert slot_layout(bes(t, t, q)) == ((0, 1, 2), 2, 1)  # the terminating fallback
+    assert slot_layout(bes(q, m)) == ((0,), 0, 1)
+    assert slot_layout([]) == ((), 0, 0)
+
+
+def test_a_quarantined_slot_carries_the_quarantined_bit_and_the_master_does_not() -> None:
+    from kproxy.model import Protocol
+    from kproxy.modes.ebpf.frontends import BackendPlan
+
+    maps = render_maps(_snap([_web(), _slice(ep("10.244.1.1"), ep("10.244.1.2"))]), NODE)
+    fe = _fe(maps, "10.96.0.10")
+    plan = replace(fe.plan, backends=(BackendPlan("10.244.1.1", 8080, Protocol.TCP, BackendState.ACTIVE),
+                                      BackendPlan("10.244.1.2", 8080, Protocol.TCP, BackendState.QUARANTINED)))
+    quarantined = replace(fe, plan=plan, slot_states=(BackendState.ACTIVE, BackendState.QUARANTINED))
+    values = [ServiceValue.unpack(v) for name, _, v in quarantined.packed if name == "cilium_lb4_services_v2"]
+    assert [bool(v.flags2 & ServiceFlag2.QUARANTINED) for v in values] == [False, True, False]  # slots 1, 2, master
+
+
+def test_a_frontend_two_services_claim_stays_with_the_first() -> None:
+    a = service("ns", "a", "10.96.0.1", [port("p", 80)], externalIPs=["198.51.100.1"])
+    b = service("ns", "b", "10.96.0.2", [port("p", 80)], externalIPs=["198.51.100.1"])
+    docs = [a, b, endpoint_slice("ns", "a", [ep("10.244.1.1")], [("p", 8080, "TCP")]),
+            endpoint_slice("ns", "b", [ep("10.244.2.1")], [("p", 8080, "TCP")])]
+    state = MapState(config=NODE)
+    table: dict[str, dict[bytes, bytes]] = {}
+    _apply(table, state.sync(_snap(docs, revision=1)))
+    fe = _fe(state.maps(), "198.51.100.1")
+    assert str(fe.name) == "ns/a:p"
+    _apply(table, state.sync(_snap(docs[1:2] + docs[3:], revision=7)))  # a goes away
+    assert {k: v for k, v in table.items() if v} == state.maps().entries()
