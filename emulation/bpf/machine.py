@@ -45,6 +45,53 @@ from emulation.bpf.memory import (
 
 __all__ = ["Machine", "RunResult"]
 
+# The opcode fields as plain ints: enum member lookups are slow in the interpreter's loop.
+_A_ADD = int(AluOp.ADD)
+_A_AND = int(AluOp.AND)
+_A_ARSH = int(AluOp.ARSH)
+_A_DIV = int(AluOp.DIV)
+_A_END = int(AluOp.END)
+_A_LSH = int(AluOp.LSH)
+_A_MOD = int(AluOp.MOD)
+_A_MOV = int(AluOp.MOV)
+_A_MUL = int(AluOp.MUL)
+_A_NEG = int(AluOp.NEG)
+_A_OR = int(AluOp.OR)
+_A_RSH = int(AluOp.RSH)
+_A_SUB = int(AluOp.SUB)
+_A_XOR = int(AluOp.XOR)
+_X_ADD = int(AtomicOp.ADD)
+_X_AND = int(AtomicOp.AND)
+_X_CMPXCHG = int(AtomicOp.CMPXCHG)
+_X_FETCH = int(AtomicOp.FETCH)
+_X_OR = int(AtomicOp.OR)
+_X_XCHG = int(AtomicOp.XCHG)
+_X_XOR = int(AtomicOp.XOR)
+_J_CALL = int(JmpOp.CALL)
+_J_EXIT = int(JmpOp.EXIT)
+_J_JA = int(JmpOp.JA)
+_J_JEQ = int(JmpOp.JEQ)
+_J_JGE = int(JmpOp.JGE)
+_J_JGT = int(JmpOp.JGT)
+_J_JLE = int(JmpOp.JLE)
+_J_JLT = int(JmpOp.JLT)
+_J_JNE = int(JmpOp.JNE)
+_J_JSET = int(JmpOp.JSET)
+_J_JSGE = int(JmpOp.JSGE)
+_J_JSGT = int(JmpOp.JSGT)
+_J_JSLE = int(JmpOp.JSLE)
+_J_JSLT = int(JmpOp.JSLT)
+_M_ABS = int(Mode.ABS)
+_M_ATOMIC = int(Mode.ATOMIC)
+_M_IMM = int(Mode.IMM)
+_M_IND = int(Mode.IND)
+_M_MEM = int(Mode.MEM)
+_M_MEMSX = int(Mode.MEMSX)
+_P_CALL = int(PseudoSrc.CALL)
+_P_MAP_FD = int(PseudoSrc.MAP_FD)
+_P_MAP_VALUE = int(PseudoSrc.MAP_VALUE)
+
+
 _M64 = (1 << 64) - 1
 _M32 = (1 << 32) - 1
 #: kernel/bpf/verifier.c ``BPF_COMPLEXITY_LIMIT_INSNS``.
@@ -236,9 +283,9 @@ class Machine:
             src = _ptr(regs, insn.src)
             size = _NBYTES[op & 0x18]
             v = src.region.load(src.off + insn.off, size)
-            if op & 0xE0 == Mode.MEMSX and isinstance(v, int):
+            if op & 0xE0 == _M_MEMSX and isinstance(v, int):
                 v = _sx(v, size * 8) & _M64
-            elif op & 0xE0 not in (Mode.MEM, Mode.MEMSX):
+            elif op & 0xE0 not in (_M_MEM, _M_MEMSX):
                 raise BpfFault(f"unknown LDX mode {op & 0xE0:#x}")
             _set(regs, insn.dst, v)
             return pc + 1
@@ -246,10 +293,10 @@ class Machine:
             dst = _ptr(regs, insn.dst)
             size = _NBYTES[op & 0x18]
             mode = op & 0xE0
-            if mode == Mode.ATOMIC and cls == Class.STX:
+            if mode == _M_ATOMIC and cls == Class.STX:
                 _atomic(insn, dst, size, regs)
                 return pc + 1
-            if mode != Mode.MEM:
+            if mode != _M_MEM:
                 raise BpfFault(f"unknown store mode {mode:#x}")
             value = insn.imm & _M64 if cls == Class.ST else _get(regs, insn.src)
             if isinstance(value, RandSym):
@@ -262,18 +309,18 @@ class Machine:
             packet: Region | None) -> int | None:
         op = insn.opcode
         mode = op & 0xE0
-        if op == Class.LD | Size.DW | Mode.IMM:
+        if op == Class.LD | Size.DW | _M_IMM:
             if pc + 1 >= len(insns):
                 raise BpfFault("lddw without its second slot")
             hi = insns[pc + 1]
             if insn.src == 0:
                 _set(regs, insn.dst, ((hi.imm & _M32) << 32) | (insn.imm & _M32))
-            elif insn.src in (PseudoSrc.MAP_FD, PseudoSrc.MAP_VALUE):
+            elif insn.src in (_P_MAP_FD, _P_MAP_VALUE):
                 fd = insn.imm
                 m = env.maps.get(fd)
                 if m is None:
                     raise BpfFault(f"lddw: fd {fd} is not a map (known {sorted(env.maps)})")
-                if insn.src == PseudoSrc.MAP_FD:
+                if insn.src == _P_MAP_FD:
                     _set(regs, insn.dst, MapRef(m, fd))
                 else:
                     if m.spec.type != MapType.ARRAY:
@@ -286,11 +333,11 @@ class Machine:
             else:
                 raise BpfFault(f"lddw with src_reg {insn.src} is not modelled")
             return pc + 2
-        if mode in (Mode.ABS, Mode.IND):
+        if mode in (_M_ABS, _M_IND):
             if packet is None:
                 raise BpfFault("legacy packet load outside a packet program")
             off = insn.imm
-            if mode == Mode.IND:
+            if mode == _M_IND:
                 off += _int(regs, insn.src)
             size = Size(op & 0x18).nbytes
             for r in range(1, 6):
@@ -305,16 +352,16 @@ class Machine:
     def _jmp(self, insn: Insn, pc: int, regs: list[Value], env: Env, frames: list[_Frame],
              is32: bool) -> int | None:
         op = insn.opcode & 0xF0
-        if op == JmpOp.JA:
+        if op == _J_JA:
             return pc + 1 + (insn.imm if is32 else insn.off)
-        if op == JmpOp.EXIT:
+        if op == _J_EXIT:
             if not frames:
                 return None
             f = frames.pop()
             regs[6:11] = f.saved
             return f.ret_pc
-        if op == JmpOp.CALL:
-            if insn.src == PseudoSrc.CALL:
+        if op == _J_CALL:
+            if insn.src == _P_CALL:
                 if len(frames) + 1 >= MAX_FRAMES:
                     raise BpfFault(f"more than {MAX_FRAMES} call frames")
                 stack = stack_region(len(frames) + 1)
@@ -368,7 +415,7 @@ def _ptr(regs: list[Value], r: int) -> Ptr:
 def _alu(insn: Insn, regs: list[Value], env: Env, wide: bool) -> None:
     op = insn.opcode & 0xF0
     dst = insn.dst
-    if op == AluOp.END:
+    if op == _A_END:
         v = _int(regs, dst)
         bits = insn.imm
         if bits not in (16, 32, 64):
@@ -378,7 +425,7 @@ def _alu(insn: Insn, regs: list[Value], env: Env, wide: bool) -> None:
         _set(regs, dst, int.from_bytes(v.to_bytes(bits // 8, "little"), "big") if swap else v)
         return
     src: Value = _get(regs, insn.src) if insn.opcode & 0x08 else insn.imm & _M64
-    if op == AluOp.MOV:
+    if op == _A_MOV:
         if isinstance(src, int):
             if insn.off in (8, 16, 32):
                 src = _sx(src, insn.off) & _M64
@@ -388,7 +435,7 @@ def _alu(insn: Insn, regs: list[Value], env: Env, wide: bool) -> None:
         _set(regs, dst, src)
         return
     a = _get(regs, dst)
-    if isinstance(a, RandSym) and op == AluOp.MOD and isinstance(src, int) and src & (_M64 if wide else _M32):
+    if isinstance(a, RandSym) and op == _A_MOD and isinstance(src, int) and src & (_M64 if wide else _M32):
         assert env.chooser is not None
         n = src & (_M64 if wide else _M32)
         r = env.chooser.choose(n)
@@ -406,12 +453,12 @@ def _alu(insn: Insn, regs: list[Value], env: Env, wide: bool) -> None:
 
 
 def _ptr_alu(op: int, a: Value, b: Value, wide: bool) -> Value:
-    if wide and isinstance(a, Ptr) and isinstance(b, int) and op in (AluOp.ADD, AluOp.SUB):
+    if wide and isinstance(a, Ptr) and isinstance(b, int) and op in (_A_ADD, _A_SUB):
         d = _sx(b, 64)
-        return a.moved(d if op == AluOp.ADD else -d)
-    if wide and op == AluOp.ADD and isinstance(a, int) and isinstance(b, Ptr):
+        return a.moved(d if op == _A_ADD else -d)
+    if wide and op == _A_ADD and isinstance(a, int) and isinstance(b, Ptr):
         return b.moved(_sx(a, 64))
-    if wide and op == AluOp.SUB and isinstance(a, Ptr) and isinstance(b, Ptr) and a.region is b.region:
+    if wide and op == _A_SUB and isinstance(a, Ptr) and isinstance(b, Ptr) and a.region is b.region:
         return (a.off - b.off) & _M64
     raise BpfFault(f"pointer arithmetic {AluOp(op).name} on {a!r} and {b!r} is prohibited")
 
@@ -421,38 +468,38 @@ def _scalar_alu(op: int, a: int, b: int, wide: bool, off: int) -> int:
     mask = _M64 if wide else _M32
     a &= mask
     b &= mask
-    if op == AluOp.ADD:
+    if op == _A_ADD:
         r = a + b
-    elif op == AluOp.SUB:
+    elif op == _A_SUB:
         r = a - b
-    elif op == AluOp.MUL:
+    elif op == _A_MUL:
         r = a * b
-    elif op in (AluOp.DIV, AluOp.MOD):
+    elif op in (_A_DIV, _A_MOD):
         if off == 1:  # SDIV / SMOD: truncating toward zero, as C
             sa, sb = _sx(a, bits), _sx(b, bits)
             if sb == 0:
-                r = 0 if op == AluOp.DIV else a
-            elif op == AluOp.DIV:
+                r = 0 if op == _A_DIV else a
+            elif op == _A_DIV:
                 r = abs(sa) // abs(sb) * (1 if (sa < 0) == (sb < 0) else -1)
             else:
                 r = sa - sb * (abs(sa) // abs(sb) * (1 if (sa < 0) == (sb < 0) else -1))
         elif b == 0:
-            r = 0 if op == AluOp.DIV else a
+            r = 0 if op == _A_DIV else a
         else:
-            r = a // b if op == AluOp.DIV else a % b
-    elif op == AluOp.OR:
+            r = a // b if op == _A_DIV else a % b
+    elif op == _A_OR:
         r = a | b
-    elif op == AluOp.AND:
+    elif op == _A_AND:
         r = a & b
-    elif op == AluOp.XOR:
+    elif op == _A_XOR:
         r = a ^ b
-    elif op == AluOp.LSH:
+    elif op == _A_LSH:
         r = a << (b & (bits - 1))
-    elif op == AluOp.RSH:
+    elif op == _A_RSH:
         r = a >> (b & (bits - 1))
-    elif op == AluOp.ARSH:
+    elif op == _A_ARSH:
         r = _sx(a, bits) >> (b & (bits - 1))
-    elif op == AluOp.NEG:
+    elif op == _A_NEG:
         r = -a
     else:
         raise BpfFault(f"unknown ALU operation {op:#x}")
@@ -465,35 +512,35 @@ def _compare(op: int, a: Value, b: Value, is32: bool) -> bool:
     if not (isinstance(a, int) and isinstance(b, int)):
         if isinstance(a, Ptr) and isinstance(b, Ptr) and a.region is b.region and not is32:
             a, b = a.off & _M64, b.off & _M64
-        elif isinstance(b, int) and b == 0 and op in (JmpOp.JEQ, JmpOp.JNE) and not is32:
-            return op == JmpOp.JNE  # a pointer or map is never NULL
+        elif isinstance(b, int) and b == 0 and op in (_J_JEQ, _J_JNE) and not is32:
+            return op == _J_JNE  # a pointer or map is never NULL
         else:
             raise BpfFault(f"comparing {a!r} with {b!r} (pointers compare only within one region)")
     bits = 32 if is32 else 64
     mask = (1 << bits) - 1
     a, b = a & mask, b & mask
-    if op == JmpOp.JEQ:
+    if op == _J_JEQ:
         return a == b
-    if op == JmpOp.JNE:
+    if op == _J_JNE:
         return a != b
-    if op == JmpOp.JGT:
+    if op == _J_JGT:
         return a > b
-    if op == JmpOp.JGE:
+    if op == _J_JGE:
         return a >= b
-    if op == JmpOp.JLT:
+    if op == _J_JLT:
         return a < b
-    if op == JmpOp.JLE:
+    if op == _J_JLE:
         return a <= b
-    if op == JmpOp.JSET:
+    if op == _J_JSET:
         return bool(a & b)
     sa, sb = _sx(a, bits), _sx(b, bits)
-    if op == JmpOp.JSGT:
+    if op == _J_JSGT:
         return sa > sb
-    if op == JmpOp.JSGE:
+    if op == _J_JSGE:
         return sa >= sb
-    if op == JmpOp.JSLT:
+    if op == _J_JSLT:
         return sa < sb
-    if op == JmpOp.JSLE:
+    if op == _J_JSLE:
         return sa <= sb
     raise BpfFault(f"unknown jump operation {op:#x}")
 
@@ -510,22 +557,22 @@ def _atomic(insn: Insn, dst: Ptr, size: int, regs: list[Value]) -> None:
     if not isinstance(old, int):
         raise BpfFault("atomic operation on a spilled pointer")
     imm = insn.imm & 0xFF
-    if imm == AtomicOp.XCHG:
+    if imm == _X_XCHG:
         dst.region.store(off, size, src)
         _set(regs, insn.src, old)
         return
-    if imm == AtomicOp.CMPXCHG:
+    if imm == _X_CMPXCHG:
         r0 = _int(regs, 0) & mask
         if old == r0:
             dst.region.store(off, size, src)
         regs[0] = old
         return
-    base = imm & ~AtomicOp.FETCH
+    base = imm & ~_X_FETCH
     ops: dict[int, Callable[[int, int], int]] = {
-        AtomicOp.ADD: lambda x, y: x + y, AtomicOp.OR: lambda x, y: x | y,
-        AtomicOp.AND: lambda x, y: x & y, AtomicOp.XOR: lambda x, y: x ^ y}
+        _X_ADD: lambda x, y: x + y, _X_OR: lambda x, y: x | y,
+        _X_AND: lambda x, y: x & y, _X_XOR: lambda x, y: x ^ y}
     if base not in ops:
         raise BpfFault(f"unknown atomic operation {insn.imm:#x}")
     dst.region.store(off, size, ops[base](old, src) & mask)
-    if imm & AtomicOp.FETCH:
+    if imm & _X_FETCH:
         _set(regs, insn.src, old)

@@ -183,3 +183,10 @@ def test_connect6_translates_an_ipv6_service(node: Node) -> None:
     """The IPv6 program: fd00::10 port 80 reaches its backend on ::1, peer shown as the Service."""
     results = node.run(WEB6.vip, 80, count=2)
     assert [(r["reply"], r["peer"]) for r in results] == [("b6", "fd00::10:80")] * 2
+
+
+def test_an_ipv6_socket_to_an_ipv4_mapped_service_is_translated(node: Node) -> None:
+    """connect6 to ::ffff:10.96.0.10 reaches an IPv4 backend; the peer reads as the Service."""
+    results = node.run("::ffff:10.96.0.10", 80, count=12)
+    assert _replies(results) <= {"b1", "b2", "b3"} and len(_replies(results)) >= 2
+    assert {r["peer"] for r in results} == {"::ffff:10.96.0.10:80"}

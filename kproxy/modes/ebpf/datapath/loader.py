@@ -74,9 +74,14 @@ class SockLB:
                     if name != "affinity_match":
                         spec = kernel_spec(layout.map_spec(kind, family), max_entries=max_entries)
                         lb.maps[(family, name)] = kernel.create_map(spec)
+            # IPv6 hooks translate ::ffff:a.b.c.d through the IPv4 maps when both are here
+            v4_in_v6 = IPFamily.IPv4 in families and IPFamily.IPv6 in families
+            for family in families:
                 fds = {name: lb.maps[(family, name)] for name in SOCK_MAPS}
+                if family is IPFamily.IPv6 and v4_in_v6:
+                    fds.update({name + "4": lb.maps[(IPFamily.IPv4, name)] for name in SOCK_MAPS})
                 for hook in FORWARD_HOOKS[family] + REVERSE_HOOKS[family]:
-                    code = sock_program(hook).assemble(fds)
+                    code = sock_program(hook, v4_in_v6=v4_in_v6 and family is IPFamily.IPv6).assemble(fds)
                     lb.programs[hook] = kernel.load_program(ProgramSpec(
                         type=ProgType.CGROUP_SOCK_ADDR, attach=hook, code=code, name=_NAMES[hook]))
         except KernelError:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import ipaddress
 from fractions import Fraction
 
 from emulation.bpf import AttachType, SockAddr
@@ -154,3 +155,16 @@ def test_connect6_translates_an_ipv6_service() -> None:
     node = Node(Svc(vip="fd00::10", port=80, rev_nat_index=10, backends=((50, "fd00:244::5", 8080),)))
     ret, ctx, _ = node.hook(CONNECT6, "fd00::10", 80)
     assert (ret, ctx.user_ip, ctx.user_port) == (1, "fd00:244::5", 8080)
+
+
+def test_connect6_to_an_ipv4_mapped_service_goes_through_the_ipv4_maps() -> None:
+    """::ffff:10.96.0.10 has no IPv6 frontend: the IPv4 one translates it to ::ffff:backend, and
+    getpeername6 shows ::ffff:10.96.0.10 again (Cilium's sock6_xlate_v4_in_v6)."""
+    node = Node(WEB)
+    ret, ctx, _ = node.hook(CONNECT6, "::ffff:10.96.0.10", 80, cookie=21)
+    mapped = ipaddress.IPv6Address(ctx.user_ip).ipv4_mapped
+    assert ret == 1 and str(mapped) in {ip for _, ip, _ in WEB.backends} and ctx.user_port == 8080
+    _, peer, _ = node.hook(AttachType.CGROUP_INET6_GETPEERNAME, ctx.user_ip, 8080, cookie=21)
+    assert (str(ipaddress.IPv6Address(peer.user_ip).ipv4_mapped), peer.user_port) == (WEB.vip, 80)
+    ret, other, _ = node.hook(CONNECT6, "::ffff:10.96.0.99", 80)
+    assert (ret, ipaddress.IPv6Address(other.user_ip).ipv4_mapped) == (1, ipaddress.IPv4Address("10.96.0.99"))

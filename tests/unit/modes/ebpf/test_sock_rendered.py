@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import errno
+from fractions import Fraction
 
 from emulation.bpf import AttachType, SockAddr
 from kproxy.kernel.bpf import EmulatedBpf
 from kproxy.modes.ebpf import MapState, render_maps
-from kproxy.modes.ebpf.datapath import SockLB, sock_program
+from kproxy.modes.ebpf.datapath import (
+    ConnectVerdict,
+    SockLB,
+    emulated_socklb,
+    predict_connect,
+    sock_program,
+)
 from tests.bpf_rendered import NODE, web_snapshot
 
 CONNECT4 = AttachType.CGROUP_INET4_CONNECT
@@ -53,3 +60,17 @@ def test_a_partial_sync_removing_an_endpoint_takes_effect_at_once() -> None:
     ops = state.sync(web_snapshot(ENDPOINTS[:2], revision=2))
     lb.apply(ops)
     assert _destinations(k, lb) == {f"{a}:8080" for a in ENDPOINTS[:2]}
+
+
+def test_predict_connect_gives_the_distribution_of_a_rendered_service() -> None:
+    """predict_connect: three endpoints at ~1/3 each; no backends refused; elsewhere untranslated."""
+    k, lb = emulated_socklb(render_maps(web_snapshot(ENDPOINTS), NODE).entries(), max_entries=256)
+    web = predict_connect(k, lb, "10.96.0.10", 80)
+    assert {(o.verdict, o.address, o.port) for o in web} == {
+        (ConnectVerdict.TRANSLATED, a, 8080) for a in ENDPOINTS}
+    assert sum(o.probability for o in web) == 1
+    assert all(abs(o.probability - Fraction(1, 3)) < 1e-6 for o in web)
+    assert [(o.verdict, o.errno) for o in predict_connect(k, lb, "10.96.0.12", 80)] == [
+        (ConnectVerdict.REFUSED, errno.EHOSTUNREACH)]
+    assert [(o.verdict, o.address) for o in predict_connect(k, lb, "10.96.0.99", 80)] == [
+        (ConnectVerdict.UNTRANSLATED, "10.96.0.99")]
