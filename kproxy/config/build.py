@@ -316,7 +316,10 @@ def _ingress(given: Given) -> IngressSettings:
     if bind is not None and str(bind) != "":
         text = str(bind)
         host, sep, port_text = text.rpartition(":")
-        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        bracketed = host.startswith("[") and host.endswith("]")
+        host = host[1:-1] if bracketed else host
+        if ":" in host and not bracketed:
+            sep = ""  # an IPv6 address needs brackets, else "::1:80" is ambiguous
         try:
             ip = str(ipaddress.ip_address(host))
             port = int(port_text) if port_text.isdigit() else -1

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import calendar
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from kproxy.modes.userspace.http.cookies import (
     SetCookie,
     bake_set_cookie,
@@ -55,3 +58,37 @@ def test_samesite_none_incompatible_user_agents() -> None:
     assert not same_site_none_compatible(
         "Mozilla/5.0 (Macintosh; Intel Mac OS X 10_14_6) AppleWebKit/605 (KHTML) Version/12 Safari/605")
     assert same_site_none_compatible("Mozilla/5.0 (X11) AppleWebKit Chrome/120.0 Safari/537.36")
+
+
+def _state_machine(text: str) -> dict[str, str]:
+    """lua-resty-cookie's get_cookie_table, transcribed state by state (the reference)."""
+    out: dict[str, str] = {}
+    expect_key, expect_value, expect_sp = 1, 2, 3
+    state, i, j, n = expect_sp, 0, 0, len(text)
+    key: str | None = None
+    value: str | None = None
+    while j < n:
+        c = text[j]
+        if state == expect_key:
+            if c == "=":
+                key, state, i = text[i:j], expect_value, j + 1
+        elif state == expect_value:
+            if c in ";\t" or (c == " " and (j == 0 or text[j - 1] == ";")):
+                value = text[i:j]
+                assert key is not None
+                out[key] = value
+                key = value = None
+                state, i = expect_sp, j + 1
+        elif c not in " \t":
+            state, i = expect_key, j
+            j -= 1
+        j += 1
+    if key is not None and value is None:
+        out[key] = text[i:]
+    return out
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab=; \t\"x|1")), max_size=40))
+def test_parse_cookie_header_equals_lua_resty_cookie_s_state_machine(text: str) -> None:
+    """For any header text, the str.find version gives what the state machine gives."""
+    assert parse_cookie_header(text) == _state_machine(text)

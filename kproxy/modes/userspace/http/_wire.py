@@ -122,6 +122,11 @@ class MessageReader:
             self.upgraded = True
             self.tail = data[exc.args[0]:] if exc.args and isinstance(exc.args[0], int) else b""
 
+    @property
+    def ready(self) -> bool:
+        """An event is queued: :meth:`next` returns it without reading."""
+        return bool(self._events)
+
     async def next(self) -> Head | Body | End | None:
         """The next event, reading as needed; None at EOF (or once upgraded and drained).
 

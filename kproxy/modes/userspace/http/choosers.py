@@ -101,15 +101,15 @@ class IngressChooser:
         """The node for this attempt and any cookie ``balance()`` sets."""
         if self._sticky is not None:
             sticky = self._sticky
-            declared = should_set_cookie(self.backend.locations, host=attempt.host,
-                                         default_server=attempt.default_server,
-                                         location_path=attempt.location_path)
+            # balance() sets a cookie only on a new pick, so the location lookup waits for one
             r = sticky.balance(cookie=sticky.cookie_of(attempt.cookie_header),
                                last_failed=attempt.last_failed, tried=attempt.tried,
-                               location_declared=declared, rng=self._rng,
+                               location_declared=True, rng=self._rng,
                                now_s=attempt.now_s, worker_pid=self._worker_pid)
             cookies: tuple[str, ...] = ()
-            if r.set_cookie and r.new_key is not None:
+            if r.set_cookie and r.new_key is not None and should_set_cookie(
+                    self.backend.locations, host=attempt.host, default_server=attempt.default_server,
+                    location_path=attempt.location_path):
                 cookies = (set_cookie_header(sticky.affinity, value=cookie_value(r.new_key, sticky.name),
                                              location_path=attempt.location_path, https=attempt.https,
                                              user_agent=attempt.user_agent, now_s=attempt.now_s),)

@@ -49,39 +49,30 @@ def cookie_time(epoch_s: int) -> str:
 def parse_cookie_header(text: str) -> dict[str, str]:
     """Split a ``Cookie`` request header into ``{name: value}`` as lua-resty-cookie does.
 
-    Several ``Cookie`` headers are joined with ``"; "`` first by the caller (nginx's
-    ``$http_cookie`` does the same). A name without ``=`` at the end of the text is dropped; a
-    trailing ``name=value`` without ``;`` is kept.
+    lua-resty-cookie's state machine, written with ``str.find``: blanks before a name are
+    skipped; the name runs to the next ``=`` (whatever it holds, ``;`` included); the value runs
+    to the next ``;`` or tab (a space never ends it: the machine ends a value at a space only
+    right after a ``;``, which has already ended it); a last name without ``=`` is dropped, a
+    last value without ``;`` kept; the last duplicate wins; no unquoting. Several ``Cookie``
+    headers are joined with ``"; "`` first by the caller (nginx's ``$http_cookie`` does the
+    same). ``tests/unit/http/test_cookies.py`` checks it against the state machine itself.
     """
     out: dict[str, str] = {}
-    expect_key, expect_value, expect_sp = 1, 2, 3
-    state = expect_sp
-    i = j = 0
-    n = len(text)
-    key: str | None = None
-    value: str | None = None
-    while j < n:
-        c = text[j]
-        if state == expect_key:
-            if c == "=":
-                key = text[i:j]
-                state = expect_value
-                i = j + 1
-        elif state == expect_value:
-            if c in ";\t" or (c == " " and j > 0 and text[j - 1] == ";"):
-                value = text[i:j]
-                assert key is not None
-                out[key] = value
-                key = value = None
-                state = expect_sp
-                i = j + 1
-        elif c not in " \t":  # expect_sp
-            state = expect_key
-            i = j
-            j -= 1
-        j += 1
-    if key is not None and value is None:
-        out[key] = text[i:]
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t":
+            i += 1
+        eq = text.find("=", i)
+        if i >= n or eq < 0:
+            break
+        start = eq + 1
+        semi, tab = text.find(";", start), text.find("\t", start)
+        end = min(semi, tab) if semi >= 0 and tab >= 0 else max(semi, tab)
+        if end < 0:
+            out[text[i:eq]] = text[start:]
+            break
+        out[text[i:eq]] = text[start:end]
+        i = end + 1
     return out
 
 

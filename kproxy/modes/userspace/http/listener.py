@@ -340,8 +340,11 @@ class IngressListener:
         complete = False
         while True:
             try:
-                async with asyncio.timeout(self.options.read_timeout_s):
+                if responses.ready:  # parsed already: no read, so no timer (most small responses)
                     ev = await responses.next()
+                else:
+                    async with asyncio.timeout(self.options.read_timeout_s):
+                        ev = await responses.next()
             except Exception:
                 break
             if ev is None:
