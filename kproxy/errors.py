@@ -20,6 +20,8 @@ __all__ = [
     "PortForwardError",
     "ProtocolError",
     "SourceError",
+    "UpgradeFailed",
+    "VersionExpired",
 ]
 
 
@@ -99,3 +101,20 @@ class ProtocolError(KproxyError, ValueError):
 
 class PortForwardError(KproxyError, ConnectionError):
     """A port-forward failed: the upgrade was refused, the pod went away or a stream was reset."""
+
+
+class UpgradeFailed(PortForwardError):
+    """The server answered a protocol upgrade with something else than 101.
+
+    Attributes:
+        status: the HTTP status the server answered.
+        body: its body (a Status document, usually).
+    """
+
+    def __init__(self, status: int, body: str) -> None:
+        self.status, self.body = status, body
+        super().__init__(f"upgrade refused with HTTP {status}: {body[:200]}")
+
+
+class VersionExpired(KproxyError, LookupError):
+    """A resource version older than the history an API server keeps (410 Gone): relist."""

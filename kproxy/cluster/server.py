@@ -18,7 +18,9 @@ so real clients (kubectl, kubernetes-asyncio, kproxy's own) talk to it as to a c
   ``X-Stream-Protocol-Version: portforward.k8s.io``) or to the WebSocket tunnel
   (``Sec-WebSocket-Protocol: SPDY/3.1+portforward.k8s.io``), and serves the forward through
   :func:`kproxy.portforward.server.serve_portforward` with the Pod's dialer
-  (:func:`dialer_for`). Deleting a Pod ends its forwards.
+  (:func:`dialer_for`). A WebSocket asking for ``v4.channel.k8s.io`` (or no subprotocol) with
+  ``?ports=`` gets the older channel protocol (:mod:`kproxy.portforward.channel_v4`). Deleting a
+  Pod ends its forwards.
 * The manifests are polled and a change is applied as the minimal set of changes.
 
 Fault injection for tests: :meth:`ClusterServer.fail_next`, :meth:`ClusterServer.drop_watches`,
@@ -43,8 +45,10 @@ from kproxy.clock import Clock, MonotonicClock
 from kproxy.cluster import api
 from kproxy.cluster.manifests import ManifestFiles
 from kproxy.cluster.store import RESOURCES, Change, ChangeType, Expired, Resource, Store
-from kproxy.errors import InvalidArgument, InvalidObject
+from kproxy.errors import InvalidArgument, InvalidObject, ProtocolError
 from kproxy.portforward.bridge import Dialer, dial_in_netns, dial_loopback
+from kproxy.portforward.channel_v4 import parse_ports as parse_v4_ports
+from kproxy.portforward.channel_v4 import serve_v4
 from kproxy.portforward.connection import ByteChannel, SpdyConnection, StreamChannel
 from kproxy.portforward.protocol import PROTOCOL_V1, TUNNEL_PROTOCOL
 from kproxy.portforward.server import PodTarget, serve_portforward
@@ -448,6 +452,11 @@ class ClusterServer:
                 with contextlib.suppress(ConnectionError, OSError):
                     await writer.drain()
 
+    async def _portforward_v4(self, conn: h11.Connection, req: _Request, pod: dict[str, Any], ns: str,
+                              name: str, protocols: list[str], reader: asyncio.StreamReader,
+                              writer: asyncio.StreamWriter) -> bool:
+        return await _v4_upgrade(self, conn, req, pod, ns, name, protocols, reader, writer)
+
     async def _portforward(self, conn: h11.Connection, req: _Request, ns: str, name: str,
                            reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         pod = self.store.get("pods", ns, name)
@@ -459,6 +468,9 @@ class ClusterServer:
         protocols = [p.strip() for p in req.headers.get("sec-websocket-protocol", "").split(",")]
         stream_protos = [p.strip() for p in req.headers.get("x-stream-protocol-version", "").split(",")]
         channel: ByteChannel
+        if upgrade == "websocket" and not (TUNNEL_PROTOCOL in protocols and self.tunnel) and (
+                "v4.channel.k8s.io" in protocols or protocols == [""]):
+            return await self._portforward_v4(conn, req, pod, ns, name, protocols, reader, writer)
         if upgrade == "websocket" and TUNNEL_PROTOCOL in protocols and self.tunnel:
             headers = [("Upgrade", "websocket"), ("Connection", "Upgrade"),
                        ("Sec-WebSocket-Accept", accept_token(req.headers.get("sec-websocket-key", ""))),
@@ -495,6 +507,32 @@ class ClusterServer:
         finally:
             self._forwards.get((ns, name), set()).discard(stop)
         return False
+
+
+async def _v4_upgrade(server: ClusterServer, conn: h11.Connection, req: _Request, pod: dict[str, Any],
+                      ns: str, name: str, protocols: list[str], reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> bool:
+    try:
+        ports = parse_v4_ports(req.query.get("ports", []))
+        dial = dialer_for(pod)
+    except (ProtocolError, InvalidObject) as err:
+        await server._send(conn, writer, 400, api.status_document(400, "BadRequest", str(err)))
+        return False
+    headers = [("Upgrade", "websocket"), ("Connection", "Upgrade"),
+               ("Sec-WebSocket-Accept", accept_token(req.headers.get("sec-websocket-key", "")))]
+    if "v4.channel.k8s.io" in protocols:
+        headers.append(("Sec-WebSocket-Protocol", "v4.channel.k8s.io"))
+    writer.write(conn.send(h11.InformationalResponse(status_code=101, headers=headers)) or b"")
+    await writer.drain()
+    stop = asyncio.Event()
+    server._forwards.setdefault((ns, name), set()).add(stop)
+    server.upgrades.append((f"{ns}/{name}", "v4.channel.k8s.io"))
+    try:
+        await serve_v4(reader, writer, conn.trailing_data[0], ports, dial, pod=name,
+                       uid=pod["metadata"]["uid"], stop=stop)
+    finally:
+        server._forwards.get((ns, name), set()).discard(stop)
+    return False
 
 
 def _event_type(change: Change, matches: Any) -> str | None:

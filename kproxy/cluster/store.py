@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kproxy.errors import InvalidObject
+from kproxy.errors import VersionExpired as Expired
 
 __all__ = ["RESOURCES", "Change", "ChangeType", "Expired", "Resource", "Store", "resource_of_kind"]
 
@@ -93,10 +94,6 @@ class Change:
     old: Mapping[str, Any] | None = None
 
 
-class Expired(Exception):
-    """A resource version older than the history window (410 Gone)."""
-
-
 Key = tuple[str, str, str]
 
 
@@ -162,7 +159,7 @@ class Store:
         """The changes of ``resource`` after ``rv``, oldest first.
 
         Raises:
-            Expired: ``rv`` is older than the history kept (the client must relist).
+            VersionExpired: ``rv`` is older than the history kept (the client must relist).
         """
         if rv < self.compacted_rv:
             raise Expired(f"too old resource version: {rv} ({self.compacted_rv})")

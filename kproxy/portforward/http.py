@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import h11
 import yaml
 
-from kproxy.errors import ConfigError, PortForwardError
+from kproxy.errors import ConfigError, PortForwardError, UpgradeFailed
 from kproxy.portforward.connection import READ_CHUNK, ByteChannel, StreamChannel
 from kproxy.portforward.protocol import PROTOCOL_V1, TUNNEL_PROTOCOL
 from kproxy.portforward.websocket import WebSocketChannel, accept_token, client_handshake_headers
@@ -37,14 +37,6 @@ from kproxy.portforward.websocket import WebSocketChannel, accept_token, client_
 __all__ = ["ApiEndpoint", "UpgradeFailed", "get_json", "load_kubeconfig", "upgrade_spdy", "upgrade_tunnel"]
 
 CONNECT_TIMEOUT_S = 10.0
-
-
-class UpgradeFailed(PortForwardError):
-    """The server answered an upgrade with something else than 101 (``status``, ``body``)."""
-
-    def __init__(self, status: int, body: str) -> None:
-        self.status, self.body = status, body
-        super().__init__(f"upgrade refused with HTTP {status}: {body[:200]}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

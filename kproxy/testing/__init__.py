@@ -11,6 +11,9 @@
 - :class:`InProcessCluster`: a running in-process cluster (memory source, userspace proxy,
   loopback identity backends), also given to pytest tests by the ``kproxy_cluster`` fixture of
   the plugin (:mod:`kproxy.testing.plugin`, registered through the ``pytest11`` entry point).
+- :class:`ClusterServer`: an API server for harnesses (what ``kproxy cluster serve`` runs: list,
+  watch, discovery, ``pods/portforward``, fault injection), and :func:`port_forward`, kproxy's
+  port-forward client as an async context manager.
 
 Example::
 
@@ -30,6 +33,8 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kproxy.cluster import ClusterServer
+    from kproxy.portforward.client import port_forward
     from kproxy.testing.cluster import Cluster, NodeSpec, Origin, Packet, Target, emulated_node
     from kproxy.testing.differences import (
         AFFINITY_TIMEOUT_BOUNDARY,
@@ -55,6 +60,7 @@ if TYPE_CHECKING:
 _EXPORTS: dict[str, str] = {
     "AFFINITY_TIMEOUT_BOUNDARY": "kproxy.testing.differences",
     "Cluster": "kproxy.testing.cluster",
+    "ClusterServer": "kproxy.cluster",
     "Comparison": "kproxy.testing.equivalence",
     "DEFAULT_MODES": "kproxy.testing.modes",
     "EndpointShares": "kproxy.testing.outcome",
@@ -79,6 +85,7 @@ _EXPORTS: dict[str, str] = {
     "get_mode": "kproxy.testing.modes",
     "in_process_cluster": "kproxy.testing.harness",
     "packets": "kproxy.testing.strategies",
+    "port_forward": "kproxy.portforward.client",
     "register_mode": "kproxy.testing.modes",
     "services": "kproxy.testing.strategies",
 }
@@ -103,6 +110,7 @@ __all__ = [
     "DEFAULT_MODES",
     "KNOWN_DIFFERENCES",
     "Cluster",
+    "ClusterServer",
     "Comparison",
     "EndpointShares",
     "InProcessCluster",
@@ -125,6 +133,7 @@ __all__ = [
     "get_mode",
     "in_process_cluster",
     "packets",
+    "port_forward",
     "register_mode",
     "services",
 ]
