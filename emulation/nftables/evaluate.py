@@ -344,6 +344,8 @@ def _rule(flow: Flow, table: Table, rule: Rule) -> Verdict | None:
                 flow.ctmark = v
         elif isinstance(st, ex.Notrack):
             flow.notrack = True
+        elif isinstance(st, ex.Log):
+            pass  # nft_log_eval: a copy goes to the log; the packet goes on unchanged
         elif isinstance(st, ex.SetUpdate):
             values = flow.key(st.lhs)
             s = table.sets[st.set_name]

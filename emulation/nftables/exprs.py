@@ -25,6 +25,7 @@ __all__ = [
     "FIB_TYPES",
     "SELECTORS",
     "Counter",
+    "Log",
     "MarkSet",
     "Match",
     "Nat",
@@ -192,6 +193,19 @@ class Notrack:
 
 
 @dataclass(frozen=True, slots=True)
+class Log:
+    """``log [prefix "TEXT"] [level LEVEL] [group N] [snaplen N] [queue-threshold N]``: logs the
+    packet (``nft_log_eval``) and goes on; no effect on the packet. ``level warn`` is the default
+    and is not printed, as nft lists it."""
+
+    prefix: str | None = None
+    level: str | None = None
+    group: int | None = None
+    snaplen: int | None = None
+    queue_threshold: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class SetUpdate:
     """``update|add @set { selectors [timeout Ns] }`` from the packet path (``nft_dynset``)."""
 
@@ -207,7 +221,8 @@ class Unknown:
     text: str
 
 
-Stmt = Match | VMap | Numgen | VerdictStmt | Reject | Counter | Nat | MarkSet | Notrack | SetUpdate | Unknown
+Stmt = (Match | VMap | Numgen | VerdictStmt | Reject | Counter | Nat | MarkSet | Notrack | Log | SetUpdate
+        | Unknown)
 
 
 def _kinds(lhs: tuple[str, ...]) -> tuple[str, ...]:
@@ -276,6 +291,17 @@ def format_stmt(stmt: Stmt, *, live: Counter | None = None) -> str:
         )
     if isinstance(stmt, Notrack):
         return "notrack"
+    if isinstance(stmt, Log):
+        words = ["log"]
+        if stmt.prefix is not None:
+            words.append(f"prefix {stmt.prefix}")
+        if stmt.level is not None and stmt.level != "warn":
+            words.append(f"level {stmt.level}")
+        for name, number in (("group", stmt.group), ("snaplen", stmt.snaplen),
+                             ("queue-threshold", stmt.queue_threshold)):
+            if number is not None:
+                words.append(f"{name} {number}")
+        return " ".join(words)
     if isinstance(stmt, SetUpdate):
         return f"{stmt.op} @{stmt.set_name} {{ {' . '.join(stmt.lhs)} }}"
     return stmt.text

@@ -14,8 +14,8 @@ NAT chooses are ``emulation.node`` and ``emulation.netfilter.nat``, as the iptab
 :meth:`Netns.send` samples (``numgen random`` from the caller's ``random.Random``) and commits
 counters, dynamic set updates and conntrack; :meth:`Netns.enumerate` lists every outcome with
 its probability (``numgen random mod N`` branches N ways, 1/N each) and changes nothing.
-A ``reject`` is reported as the verdict ``REJECT``; the ICMP error or TCP reset it would send
-is not modelled.
+A ``reject`` is reported as the verdict ``REJECT``, its reason naming the answer the kernel
+sends (:func:`reject_answer`); the answer itself is not sent through the model.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from emulation.nftables.types import Key
 from emulation.node import Node
 from emulation.packet import Packet
 
-__all__ = ["CONNTRACK_PRIORITY", "Netns"]
+__all__ = ["CONNTRACK_PRIORITY", "Netns", "reject_answer"]
 
 #: ``NF_IP_PRI_CONNTRACK``.
 CONNTRACK_PRIORITY = -200
@@ -57,6 +57,32 @@ _SRC_HOOKS = (NftHook.POSTROUTING, NftHook.INPUT)
 _CT = ex.CT_STATES
 _STATES = {_CT["new"]: CtState.NEW, _CT["established"]: CtState.ESTABLISHED, _CT["invalid"]: CtState.INVALID}
 _Stage = tuple[int, int, Table | None, Chain | None]
+
+
+#: ``icmpx`` codes (``NFT_REJECT_ICMPX_*``) as each family answers them (``nft_reject_icmp_code``,
+#: ``nft_reject_icmpv6_code``).
+_ICMPX = {
+    "port-unreachable": ("icmp port-unreachable", "icmpv6 port-unreachable"),
+    "admin-prohibited": ("icmp admin-prohibited", "icmpv6 admin-prohibited"),
+    "host-unreachable": ("icmp host-unreachable", "icmpv6 addr-unreachable"),
+    "no-route": ("icmp net-unreachable", "icmpv6 no-route"),
+}
+
+
+def reject_answer(with_: str, version: int, proto: str) -> str:
+    """What the kernel answers a packet rejected by ``reject [with WITH]`` (``with_`` is the text
+    after ``with``, or ``"default"``), as ``nft_reject_inet_eval`` and ``nft_reject_ipv4_eval``:
+    a plain ``reject`` sends ICMP (ICMPv6) port unreachable, for TCP too; ``tcp reset`` a TCP
+    reset; ``icmpx CODE`` the family's own code; ``icmp``/``icmpv6 CODE`` that code."""
+    if with_ == "default":
+        with_ = "icmpx port-unreachable"
+    if with_ == "tcp reset":
+        return "tcp reset" if proto == "tcp" else "nothing (tcp reset of a non-TCP packet)"
+    kind, _, code = with_.partition(" ")
+    if kind == "icmpx":
+        pair = _ICMPX.get(code, (f"icmp {code}", f"icmpv6 {code}"))
+        return pair[0] if version == 4 else pair[1]
+    return with_
 
 
 class _Path:
@@ -152,8 +178,11 @@ class _Path:
             else:
                 verdict = run_base_chain(flow, table, chain)
             if verdict != "accept":
-                v = Verdict.REJECT if flow.reject is not None else Verdict.DROP
-                return self.done(v, Delivery.NONE, None, f"{table.family} {table.name} {chain.name}")
+                where = f"{table.family} {table.name} {chain.name}"
+                if flow.reject is None:
+                    return self.done(Verdict.DROP, Delivery.NONE, None, where)
+                answer = reject_answer(flow.reject, flow.version, flow.proto)
+                return self.done(Verdict.REJECT, Delivery.NONE, None, f"{where}: answered with {answer}")
         return None
 
     def conntrack_in(self) -> None:

@@ -16,6 +16,7 @@ from emulation.nftables.exprs import (
     _VERDICT_WORDS,
     SELECTORS,
     Counter,
+    Log,
     MarkSet,
     Match,
     Nat,
@@ -170,6 +171,31 @@ def _match_rest(s: Stream, lhs: tuple[str, ...]) -> Stmt:
     return Match(lhs, negate, values=(_element(s, kinds),), mask=mask)
 
 
+_LOG_LEVELS = ("emerg", "alert", "crit", "err", "warn", "notice", "info", "debug", "audit")
+
+
+def _log(s: Stream) -> Log:
+    """The options of ``log`` (see :class:`~.exprs.Log`)."""
+    found: dict[str, str] = {}
+    while s.peek() in ("prefix", "level", "group", "snaplen", "queue-threshold"):
+        key = s.take()
+        value = s.take()
+        if key == "prefix" and not value.startswith('"'):
+            raise InputError(f"log prefix: expected a quoted string, found {value!r}")
+        if key == "level" and value not in _LOG_LEVELS:
+            raise InputError(f"log level: expected one of {', '.join(_LOG_LEVELS)}, found {value!r}")
+        if key not in ("prefix", "level") and not value.isdigit():
+            raise InputError(f"log {key}: expected a number, found {value!r}")
+        found[key] = value
+    if "level" in found and "group" in found:
+        raise InputError("log: level and group are mutually exclusive (group logs through nflog)")
+    if "group" not in found and ("snaplen" in found or "queue-threshold" in found):
+        raise InputError("log: snaplen and queue-threshold need a group")
+    number = {k: int(v) for k, v in found.items() if k not in ("prefix", "level")}
+    return Log(prefix=found.get("prefix"), level=found.get("level"), group=number.get("group"),
+               snaplen=number.get("snaplen"), queue_threshold=number.get("queue-threshold"))
+
+
 def _mark_set(s: Stream, target: str) -> MarkSet:
     if _ALIASES.get(s.peek(), s.peek()) == target or " ".join((s.peek(), s.peek(1))) == target:
         s.pos += 1 if _ALIASES.get(s.peek()) == target else 2
@@ -266,6 +292,9 @@ def _statement(s: Stream) -> Stmt | str:
     if word == "notrack":
         s.take()
         return Notrack()
+    if word == "log":
+        s.take()
+        return _log(s)
     if word in ("update", "add") and s.peek(1).startswith("@"):
         s.take()
         name = s.take()[1:]

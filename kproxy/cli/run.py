@@ -52,9 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                         help="iptables, nftables and ipvs modes: program an emulated node (default) or, "
                              "as root, this netns")
     parser.add_argument("--cleanup", action="store_true", default=False,
-                        help="as kube-proxy's --cleanup: remove the iptables and ipvs modes' rules, "
-                             "virtual servers, ipsets and addresses from this network namespace (IPv4 and "
-                             "IPv6; root), then exit; nothing else is needed or started")
+                        help="as kube-proxy's --cleanup: remove the iptables, nftables and ipvs modes' "
+                             "rules, tables, virtual servers, ipsets and addresses from this network "
+                             "namespace (IPv4 and IPv6; root), then exit; nothing else is needed or started")
     obs = parser.add_argument_group("health and metrics")
     obs.add_argument("--healthz-bind-address", default=_HIDE, metavar="IP:PORT",
                      help="/healthz and /livez (default 127.0.0.1:10256; kube-proxy's is 0.0.0.0:10256; "

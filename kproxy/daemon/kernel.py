@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -200,10 +201,23 @@ async def serve_modes(modes: KernelModes, source: Source, node: NodeConfig,
     await run_until_stopped(engine, obs, stop, node_watch=node_watch, follow_zone=follow_zone)
 
 
+async def _cleanup_nftables(kernel: LinuxNftables) -> list[str]:
+    """Delete the family's ``kube-proxy`` nftables table; nothing to do without ``nft`` (logged)."""
+    if shutil.which("nft") is None:
+        _log.info("nft not installed; nothing of the nftables mode to clean", family=str(kernel.family))
+        return []
+    try:
+        await kernel.delete_table()
+    except KernelError as err:
+        return [f"deleting table {kernel.family} kube-proxy: {err}"]
+    return []
+
+
 async def cleanup_kernel(families: tuple[IPFamily, ...]) -> list[str]:
-    """``kproxy run --cleanup``: remove what the iptables and the ipvs modes program from this
-    network namespace, for each of ``families``, as kube-proxy's ``--cleanup`` removes every
-    mode's leftovers whatever its own mode (``cmd/kube-proxy/app/server.go`` ``cleanupAndExit``).
+    """``kproxy run --cleanup``: remove what the iptables, nftables and ipvs modes program from this
+    network namespace (the nftables mode's ``kube-proxy`` tables too), for each of ``families``,
+    as kube-proxy's ``--cleanup`` removes every mode's leftovers whatever its own mode
+    (``cmd/kube-proxy/app/server.go`` ``cleanupAndExit``).
 
     IPVS is cleaned only where ``ipvsadm`` answers (kube-proxy checks for the ``ip_vs`` module
     first and skips it otherwise).
@@ -219,6 +233,7 @@ async def cleanup_kernel(families: tuple[IPFamily, ...]) -> list[str]:
     errors: list[str] = []
     for family in families:
         errors += await cleanup_iptables(LinuxNetfilter(family))
+        errors += await _cleanup_nftables(LinuxNftables(family))
         ipvs = LinuxIpvs(family)
         try:
             ipvs.virtual_servers()

@@ -122,6 +122,17 @@ class LinuxNftables:
             raise KernelError(f"nft list table failed (exit {done.returncode}): {done.stderr.strip()}")
         return done.stdout
 
+    async def delete_table(self) -> bool:
+        """``nft delete table FAMILY kube-proxy`` (kube-proxy's ``--cleanup``); False when there was none.
+
+        Raises:
+            KernelError: nft is missing or failed for another reason.
+        """
+        if not await self.list_ruleset():
+            return False
+        await self.run(f"delete table {nft_family(self.family)} kube-proxy\n")
+        return True
+
     async def clear_conntrack(self, filters: Sequence[ConntrackFilter]) -> int:
         """``conntrack -D`` for each filter, as :meth:`LinuxNetfilter.clear_conntrack`.
 

@@ -2,7 +2,9 @@
 
 - :mod:`kproxy.trace.netfilter`: the trace result, its text and JSON forms, and the walk of a
   packet through an emulated netfilter node (:func:`trace_packet`);
-- :mod:`kproxy.trace.ipvs`: the same through an IPVS node, from a render or from dumps.
+- :mod:`kproxy.trace.ipvs`: the same through an IPVS node, from a render or from dumps;
+- :mod:`kproxy.trace.nftables`: the same through nftables, from a render or a node's
+  ``nft list ruleset``, with set and map lookups, numgen branches and step probabilities.
 
 ``kproxy trace``, ``kproxy verify`` and :mod:`kproxy.testing` all trace through here.
 """

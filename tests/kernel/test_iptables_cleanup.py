@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from kproxy.kernel import LinuxNetfilter
+from kproxy.kernel import LinuxNetfilter, LinuxNftables
 from kproxy.modes.iptables import IptablesConfig, IptablesRenderer, program
 from kproxy.modes.iptables.cleanup import cleanup
+from kproxy.modes.nftables import NftablesConfig, NftablesMode
 from tests.conftest import require_kernel
 from tests.kernel.netns import cleanup_stale, netns, sh
 from tests.scenarios import NODE, cluster
@@ -65,3 +66,19 @@ def test_cleanup_of_an_emulated_kernel_is_a_usage_error() -> None:
     done = subprocess.run([sys.executable, "-m", "kproxy", "run", "--cleanup", "--kernel", "emulated"],
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and "emulated kernel lives only inside a running kproxy" in done.stderr
+
+
+def test_kproxy_run_cleanup_deletes_the_nftables_tables_and_keeps_others() -> None:
+    """`kproxy run --cleanup` deletes the nftables mode's `ip kube-proxy` table and leaves another table."""
+    require_kernel("nft", "iptables-restore", "iptables-save", "iptables")
+    cleanup_stale()
+    with netns("nftcleanup") as ns:
+        kernel = LinuxNftables(netns=ns)
+        mode = NftablesMode(NftablesConfig(node_ips=("192.168.0.2",)), kernel, now=lambda: 0.0)
+        asyncio.run(mode.apply(snapshot_of(cluster(), hostname=NODE)))
+        asyncio.run(kernel.run("add table inet firewall\n"))
+        done = subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "kproxy", "run", "--cleanup"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        listing = sh("ip", "netns", "exec", ns, "nft", "list", "tables").stdout
+        assert "kube-proxy" not in listing and "table inet firewall" in listing

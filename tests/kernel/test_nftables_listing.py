@@ -64,3 +64,24 @@ def test_node_ruleset_with_a_firewall_table_loads_and_lists_as_the_kernel(ns: st
     assert canonical(list_ruleset(load(text))) == canonical(kernel)
     listed = "".join(line + "\n" for line in text.splitlines() if not line.startswith("#"))
     assert canonical(kernel) == canonical(listed)  # the file is what this kernel listed
+
+
+LOG = """\
+table ip t {
+\tchain c {
+\t\ttype filter hook input priority filter; policy accept;
+\t\tlog level info prefix "a b " accept
+\t\tlog
+\t\tlog group 2 prefix "g"
+\t\tlog level warn
+\t\tlog group 3 snaplen 64 queue-threshold 2
+\t\ttcp dport 22 log prefix "ssh: " counter accept
+\t}
+}
+"""
+
+
+def test_log_statements_list_as_the_kernel(ns: str) -> None:
+    """`log` with prefix, level, group and snaplen loads and lists in nft's order (level warn left out)."""
+    kernel = nft_load(ns, LOG)
+    assert canonical(list_ruleset(load(LOG))) == canonical(kernel)

@@ -230,7 +230,7 @@ def test_unknown_statement_is_uncertain_and_does_not_match() -> None:
     """A lenient Unknown statement never matches silently: the rule is skipped, the outcome uncertain."""
     rules = (
         "table ip t {\n chain c { type filter hook forward priority 0; policy accept;\n"
-        '  log prefix "x" drop\n }\n}\n'
+        '  osf name "Linux" drop\n }\n}\n'
     )
     o = Netns(node(), ManualClock(), ruleset=load(rules, strict=False)).send(
         tcp("10.0.0.2", PA, PORT, "vp3"), random.Random(0)

@@ -95,12 +95,12 @@ def test_rule_without_terminator_before_brace_is_an_error() -> None:
 
 
 def test_unknown_expression_is_an_error_in_strict_mode_and_unknown_in_lenient() -> None:
-    """Strict parsing rejects ``log``; lenient parsing keeps it as an Unknown statement."""
-    text = 'table ip t {\n chain c {\n  log prefix "x" accept\n }\n}\n'
-    with pytest.raises(NftablesError, match="line 3: unknown expression 'log'"):
+    """Strict parsing rejects ``osf`` (not modelled); lenient parsing keeps it as an Unknown statement."""
+    text = 'table ip t {\n chain c {\n  osf name "x" accept\n }\n}\n'
+    with pytest.raises(NftablesError, match="line 3: unknown expression 'osf'"):
         load(text)
     rule = load(text, strict=False).tables[(Family.IP, "t")].chains["c"].rules[0]
-    assert rule.stmts == (Unknown('log prefix "x" accept'),)
+    assert rule.stmts == (Unknown('osf name "x" accept'),)
 
 
 def test_bad_value_names_the_line_and_value() -> None:
