@@ -117,6 +117,10 @@ def add_rule_flags(parser: argparse.ArgumentParser, *, modes: Sequence[str] | No
     ipt.add_argument("--ipvs-scheduler", default=_HIDE, metavar="NAME",
                      help="ipvs mode: the IPVS scheduler (rr, wrr, lc, wlc, sed, nq, fo, ovf, sh, dh, mh; "
                           "default: --config's ipvs.scheduler, else rr)")
+    ipt.add_argument("--service-cidr", default=_HIDE, metavar="CIDR[,CIDR]",
+                     help="nftables mode: the ranges ClusterIPs are allocated from (what kube-proxy "
+                          "reads from ServiceCIDR objects); traffic to an unallocated ClusterIP in "
+                          "them is dropped (default: none)")
 
 
 def given_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from kproxy.config.defaults import (
 from kproxy.config.flags import (
     IPVS_ONLY_FLAGS,
     KERNEL_ONLY_FLAGS,
+    NFTABLES_ONLY_FLAGS,
     RUN_FLAGS,
     USERSPACE_ONLY_FLAGS,
     honoured_fields,
@@ -69,6 +70,7 @@ from kproxy.config.values import (
     parse_ipv4_cidr,
     parse_node_ips,
     parse_period,
+    parse_service_cidrs,
     parse_specific_ip,
 )
 from kproxy.errors import ConfigError, InvalidArgument
@@ -220,6 +222,7 @@ def _rules(given: Given, file: KubeProxyConfiguration, mode: str) -> RuleSetting
         masquerade_all=bool(given.get("--masquerade-all", doc["iptables"]["masqueradeAll"])),
         masquerade_bit=bit, nodeport_addresses=nodeports, localhost_nodeports=bool(localhost),
         ipvs_scheduler=scheduler,
+        service_cidrs=parse_service_cidrs(str(given.get("--service-cidr", "")), name="--service-cidr"),
         kernel=_enum(Kernel, given.get("--kernel", Kernel.EMULATED.value), "--kernel"))
 
 
@@ -318,5 +321,6 @@ def _ignored(given: Given, command: Command, mode: str) -> tuple[str, ...]:
     if mode == "userspace":
         unused: tuple[str, ...] = KERNEL_ONLY_FLAGS
     else:
-        unused = USERSPACE_ONLY_FLAGS + (IPVS_ONLY_FLAGS if mode == "iptables" else ())
+        unused = USERSPACE_ONLY_FLAGS + (IPVS_ONLY_FLAGS if mode != "ipvs" else ()) + (
+            NFTABLES_ONLY_FLAGS if mode != "nftables" else ())
     return tuple(flag for flag in unused if flag in given)

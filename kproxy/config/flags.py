@@ -17,6 +17,7 @@ from kproxy.errors import ConfigError
 __all__ = [
     "IPVS_ONLY_FLAGS",
     "KERNEL_ONLY_FLAGS",
+    "NFTABLES_ONLY_FLAGS",
     "NODE_FLAGS",
     "RULE_FLAGS",
     "RUN_FLAGS",
@@ -29,16 +30,19 @@ __all__ = [
 NODE_FLAGS = ("--hostname-override", "--node-ip", "--node-zone", "--ip-families", "--ip-family")
 #: kube-proxy's flags that shape the rules (``render``, ``trace``, ``verify`` and ``run``).
 RULE_FLAGS = ("--proxy-mode", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
-              "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler")
+              "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler",
+              "--service-cidr")
 #: Flags only the userspace mode uses.
 USERSPACE_ONLY_FLAGS = ("--bind-address", "--loopback-block", "--address-map", "--udp-timeout",
                         "--drain-timeout")
 #: Flags only the kernel modes (iptables, ipvs) use.
 KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
                      "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--kernel",
-                     "--ipvs-scheduler")
+                     "--ipvs-scheduler", "--service-cidr")
 #: Flags only the ipvs mode uses.
 IPVS_ONLY_FLAGS = ("--ipvs-scheduler",)
+#: Flags only the nftables mode uses.
+NFTABLES_ONLY_FLAGS = ("--service-cidr",)
 #: Every flag :func:`~kproxy.config.build.build_run_config` reads.
 RUN_FLAGS = frozenset({
     "--manifests", "--kubeconfig", "--master", "--config", "--service-proxy-name", *NODE_FLAGS,

@@ -171,6 +171,8 @@ class RuleSettings:
             canonical spelling, or ``("primary",)``; empty means every local address.
         localhost_nodeports: ``--iptables-localhost-nodeports`` (or ``iptables.localhostNodePorts``).
         ipvs_scheduler: ``--ipvs-scheduler`` (or ``ipvs.scheduler``).
+        service_cidrs: ``--service-cidr``: the ranges ClusterIPs come from, canonical CIDRs of
+            either family (the nftables mode drops traffic to their unallocated addresses).
         kernel: ``--kernel`` (``run``'s kernel modes).
     """
 
@@ -181,6 +183,7 @@ class RuleSettings:
     nodeport_addresses: tuple[str, ...] = ()
     localhost_nodeports: bool = DEFAULT_LOCALHOST_NODEPORTS
     ipvs_scheduler: str = DEFAULT_IPVS_SCHEDULER
+    service_cidrs: tuple[str, ...] = ()
     kernel: Kernel = Kernel.EMULATED
 
 

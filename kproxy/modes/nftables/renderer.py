@@ -135,31 +135,33 @@ class _Sync:
             self._count(self.p.sets, self.r._sets, name, -1)
 
     def write(self, plan: PortPlan, rewrite: bool) -> None:
-        """Hold the port's elements, chains and sets; write its chains when ``rewrite``."""
+        """Hold the port's elements, chains and sets; when ``rewrite``, write its chains and their
+        head (the tail follows in :meth:`write_tail`, after every port's head)."""
         tx = self.tx
+        chains, committed = self.p.chains, self.r._chains
         for chain in plan.chains:
-            self._count(self.p.chains, self.r._chains, chain, +1)
+            chains[chain] = chains.get(chain, committed.get(chain, 0)) + 1
             if rewrite:
                 tx.ensure_chain(chain)
         for name in plan.affinity_sets:
             self._count(self.p.sets, self.r._sets, name, +1)
+        owners, committed_owners, values = self.p.owners, self.r._owners, self.p.values
         for el in plan.elements:
             ref = (el.container, el.key)
-            self.p.owners[ref] = self.p.owners.get(ref, self.r._owners.get(ref, 0)) + 1
+            owners[ref] = owners.get(ref, committed_owners.get(ref, 0)) + 1
             old = self.value(ref)
             if old is None:
                 tx.element("add", el.container, el.key, el.value, el.comment)
             elif old != el.value:
                 tx.element("delete", el.container, el.key)
                 tx.element("add", el.container, el.key, el.value, el.comment)
-            self.p.values[ref] = el.value
+            values[ref] = el.value
         if rewrite:
-            for kind, name, text in plan.body:
-                if kind == "set":
-                    tx.op("add", "set", name, text)
-                else:
-                    rule, _, comment = text.partition(' comment "')
-                    tx.rule(name, rule, comment[:-1] if comment else "")
+            tx.lines.extend(plan.head)
+
+    def write_tail(self, plan: PortPlan) -> None:
+        """The rest of a rewritten port's rules."""
+        self.tx.tail.extend(plan.tail)
 
     def finish(self, existing_chains: Collection[str] | None, existing_sets: Collection[str] | None,
                deleted: tuple[str, ...], now_s: float) -> None:
@@ -174,7 +176,7 @@ class _Sync:
             held = {c for c, n in self.r._chains.items() if n > 0 and p.chains.get(c, 1) > 0} | active
             flush |= {c for c in set(existing_chains).difference(deleted) - held if is_service_chain_name(c)}
         for chain in sorted(flush):
-            tx.op("flush", "chain", chain)
+            tx.op("flush", "chain", chain, tail=True)
             stale[chain] = now_s
         gone = {s for s, n in p.sets.items() if n <= 0 and self.r._sets.get(s, 0) > 0}
         if existing_sets is not None:
@@ -182,7 +184,7 @@ class _Sync:
             live |= {s for s, n in p.sets.items() if n > 0}
             gone |= {s for s in existing_sets if is_affinity_set_name(s) and s not in live}
         for name in sorted(gone):
-            tx.op("delete", "set", name)
+            tx.op("delete", "set", name, tail=True)
         for _, container in ELEMENT_CONTAINERS:
             for ref in sorted(r for r, n in p.owners.items() if r[0] == container and n <= 0):
                 if self.present(ref):
@@ -305,6 +307,9 @@ class NftablesRenderer:
                 info = snapshot.ports[key]
                 pending.ports[id(info)] = (key, info, new)
                 sync.write(new, True)
+        for _, _, _, new in work:
+            if new is not None:
+                sync.write_tail(new)
         sync.finish(existing_chains, existing_sets, deleted, now_s)
         pending.result = RenderResult(
             full=full, text=tx.text(), cleanup=cleanup.text(), operations=len(tx),
