@@ -144,7 +144,8 @@ def _timed_load(ns: str, mode: str, text: str, timeout: float) -> float | None:
         if mode == "nftables":
             argv = ["ip", "netns", "exec", ns, "nft", "-f", f.name]
         else:
-            tool = "iptables-legacy-restore" if shutil.which("iptables-legacy-restore") else "iptables-restore"
+            legacy = shutil.which("iptables-legacy-restore")
+            tool = "iptables-legacy-restore" if legacy else "iptables-restore"
             argv = ["ip", "netns", "exec", ns, tool, "--noflush", f.name]
         t0 = time.perf_counter()
         try:
@@ -246,10 +247,10 @@ def measure(mode: str, n: int, args: argparse.Namespace) -> Row:
 
 def chart(rows: list[dict[str, Any]], path: Path) -> None:
     """Four panels: load, update, extra connect latency, emulator rules per packet."""
-    import matplotlib  # noqa: PLC0415  (the bench extra; only this step needs it)
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # noqa: PLC0415
+    import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     panels = (
@@ -269,7 +270,8 @@ def chart(rows: list[dict[str, Any]], path: Path) -> None:
                 ax.plot(*zip(*pts, strict=True), marker="o", color=colour,
                         label=f"{mode} p50" if second == "extra_p99_us" else mode)
             if second == "extra_p99_us":
-                pts = [(r["services"], r[second]) for r in rows if r["mode"] == mode and r[second] is not None]
+                pts = [(r["services"], r[second]) for r in rows
+                       if r["mode"] == mode and r[second] is not None]
                 if pts:
                     ax.plot(*zip(*pts, strict=True), marker="x", linestyle="--", color=colour,
                             label=f"{mode} p99")
