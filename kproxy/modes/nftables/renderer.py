@@ -214,6 +214,9 @@ class NftablesRenderer:
         #: id(ServicePortInfo) -> (key, info, plan) of every committed port (the info held
         #: keeps its id from being reused).
         self._ports: dict[int, tuple[_Key, ServicePortInfo, PortPlan]] = {}
+        #: key -> id of its committed ServicePortInfo (the index of ``_ports`` by key, kept
+        #: across syncs so a partial render never rebuilds it).
+        self._by_key: dict[_Key, int] = {}
         self._stale: dict[str, float] = {}
         self._pending: _Pending | None = None
         self._plans: dict[int, tuple[ServicePortInfo, PortPlan]] = {}
@@ -329,7 +332,7 @@ class NftablesRenderer:
         fam, committed = self._family, self._ports
         work: list[_Work] = []
         seen: set[int] = set()
-        by_key: dict[_Key, int] | None = None
+        by_key = self._by_key
         for key, info in snapshot.ports.items():
             if key[0] is not fam:
                 continue
@@ -340,7 +343,6 @@ class NftablesRenderer:
                 held = None
             svc_changed = bool(changed) and (key[1].namespace, key[1].name) in changed
             if held is None and not full:
-                by_key = {h[0]: i for i, h in committed.items()} if by_key is None else by_key
                 old_ident = by_key.get(key)
                 if old_ident is not None and committed[old_ident][1] == info:
                     seen.add(old_ident)
@@ -376,7 +378,7 @@ class NftablesRenderer:
         if p is None or p.result is not result:
             raise InvalidArgument("commit() expects the RenderResult of the latest render()")
         if result.full:
-            self._owners, self._chains, self._sets, self._ports = {}, {}, {}, {}
+            self._owners, self._chains, self._sets, self._ports, self._by_key = {}, {}, {}, {}, {}
             self._storage = {name: {} for _, name in ELEMENT_CONTAINERS}
         for (container, element), value in p.values.items():
             if value is None:
@@ -388,9 +390,12 @@ class NftablesRenderer:
         _merge_counts(self._sets, p.sets)
         for ident, held in p.ports.items():
             if held is None:
-                self._ports.pop(ident, None)
+                old = self._ports.pop(ident, None)
+                if old is not None and self._by_key.get(old[0]) == ident:
+                    del self._by_key[old[0]]
             else:
                 self._ports[ident] = held
+                self._by_key[held[0]] = ident
         self._applied = p.snapshot
         self._stale = p.stale
         self._pending = None
