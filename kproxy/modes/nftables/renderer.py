@@ -333,6 +333,7 @@ class NftablesRenderer:
         work: list[_Work] = []
         seen: set[int] = set()
         by_key = self._by_key
+        changed_names = {name for _, name in changed}
         for key, info in snapshot.ports.items():
             if key[0] is not fam:
                 continue
@@ -341,7 +342,9 @@ class NftablesRenderer:
             held = None if full else committed.get(ident)
             if held is not None and held[1] is not info:
                 held = None
-            svc_changed = bool(changed) and (key[1].namespace, key[1].name) in changed
+            spn = key[1]
+            # The name first: a str hashes once and most names are not in ``changed``.
+            svc_changed = spn.name in changed_names and (spn.namespace, spn.name) in changed
             if held is None and not full:
                 old_ident = by_key.get(key)
                 if old_ident is not None and committed[old_ident][1] == info:
