@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: demo test lint unit bench clean
+.PHONY: demo test lint unit bench scaling clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,8 +22,16 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check kproxy emulation tests examples
 	$(VENV)/bin/mypy --strict kproxy emulation
 
-bench: $(VENV)/.installed
+$(VENV)/.bench: $(VENV)/.installed
+	$(PY) -m pip install -q -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.bench
 	$(PY) tests/benchmarks/bench_userspace.py
+
+# The iptables/nftables scaling experiment (root): docs/scaling.csv and docs/scaling.png.
+scaling: $(VENV)/.bench
+	$(PY) tests/benchmarks/scaling.py $(if $(SIZES),--sizes $(SIZES),)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -126,6 +126,10 @@ def add_rule_flags(parser: argparse.ArgumentParser, *, modes: Sequence[str] | No
                           "16381, 32749, 65521, 131071 (default 16381)")
     bpf.add_argument("--bpf-lb-maglev-hash-seed", default=_HIDE, metavar="BASE64",
                      help="cluster-wide Maglev seed, base64 of 12 bytes (default JLfvgnHc2kaSUFaI)")
+    ipt.add_argument("--service-cidr", default=_HIDE, metavar="CIDR[,CIDR]",
+                     help="nftables mode: the ranges ClusterIPs are allocated from (what kube-proxy "
+                          "reads from ServiceCIDR objects); traffic to an unallocated ClusterIP in "
+                          "them is dropped (default: none)")
 
 
 def given_flags(args: argparse.Namespace, parser: argparse.ArgumentParser) -> dict[str, Any]:

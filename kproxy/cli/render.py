@@ -25,7 +25,7 @@ from kproxy.cli.flags import (
 from kproxy.cli.progress import document_progress, progress_wanted
 from kproxy.config import Command, RunConfig, build_run_config
 from kproxy.config.defaults import DEFAULT_RENDER_MODE
-from kproxy.config.flags import EBPF_ONLY_FLAGS, IPVS_ONLY_FLAGS
+from kproxy.config.flags import EBPF_ONLY_FLAGS, IPVS_ONLY_FLAGS, NFTABLES_ONLY_FLAGS
 from kproxy.modes import rendered_modes
 from kproxy.modes.ebpf import EbpfConfig, render_maps, to_document, to_table
 from kproxy.modes.iptables import IptablesConfig, render_full
@@ -112,8 +112,11 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         ipt = IptablesConfig.from_run(config)
         nft = NftablesConfig.from_run(family=ipt.family, node_ips=ipt.node_ips, cluster_cidr=ipt.cluster_cidr,
                                       masquerade_all=ipt.masquerade_all, masquerade_bit=ipt.masquerade_bit,
-                                      nodeport_addresses=ipt.nodeport_addresses)
+                                      nodeport_addresses=ipt.nodeport_addresses,
+                                      service_cidr=config.rules.service_cidrs)
         sys.stdout.write(render_transaction(snapshot, nft))
         return 0
+    warn_ignored(flags_in(config.given, NFTABLES_ONLY_FLAGS), only="--proxy-mode nftables",
+                 why=f"ignored in {config.proxy_mode} mode")
     sys.stdout.write(render_full(snapshot, IptablesConfig.from_run(config)))
     return 0

@@ -47,6 +47,7 @@ from kproxy.config.flags import (
     EBPF_ONLY_FLAGS,
     IPVS_ONLY_FLAGS,
     KERNEL_ONLY_FLAGS,
+    NFTABLES_ONLY_FLAGS,
     RUN_FLAGS,
     USERSPACE_ONLY_FLAGS,
     honoured_fields,
@@ -82,6 +83,7 @@ from kproxy.config.values import (
     parse_ipv4_cidr,
     parse_node_ips,
     parse_period,
+    parse_service_cidrs,
     parse_specific_ip,
 )
 from kproxy.errors import ConfigError, InvalidArgument
@@ -233,6 +235,7 @@ def _rules(given: Given, file: KubeProxyConfiguration, mode: str) -> RuleSetting
         masquerade_all=bool(given.get("--masquerade-all", doc["iptables"]["masqueradeAll"])),
         masquerade_bit=bit, nodeport_addresses=nodeports, localhost_nodeports=bool(localhost),
         ipvs_scheduler=scheduler, **_bpf_lb(given),
+        service_cidrs=parse_service_cidrs(str(given.get("--service-cidr", "")), name="--service-cidr"),
         kernel=_enum(Kernel, given.get("--kernel", Kernel.EMULATED.value), "--kernel"))
 
 
@@ -390,4 +393,5 @@ def _ignored(given: Given, command: Command, mode: str) -> tuple[str, ...]:
         if mode == "nftables":  # KEP-3866: the nftables proxier has no localhost NodePorts
             unused += ("--iptables-localhost-nodeports",)
         unused += EBPF_ONLY_FLAGS if mode != "ebpf" else ()
+        unused += NFTABLES_ONLY_FLAGS if mode != "nftables" else ()
     return tuple(flag for flag in unused if flag in given)

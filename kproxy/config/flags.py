@@ -20,6 +20,7 @@ __all__ = [
     "INGRESS_FLAGS",
     "IPVS_ONLY_FLAGS",
     "KERNEL_ONLY_FLAGS",
+    "NFTABLES_ONLY_FLAGS",
     "NODE_FLAGS",
     "RULE_FLAGS",
     "RUN_FLAGS",
@@ -32,7 +33,8 @@ __all__ = [
 NODE_FLAGS = ("--hostname-override", "--node-ip", "--node-zone", "--ip-families", "--ip-family")
 #: kube-proxy's flags that shape the rules (``render``, ``trace``, ``verify`` and ``run``).
 RULE_FLAGS = ("--proxy-mode", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
-              "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler")
+              "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--ipvs-scheduler",
+              "--service-cidr")
 #: The userspace connection caps (``UserspaceSettings.max_*``).
 CAP_FLAGS = ("--max-connections", "--max-connections-per-service", "--max-udp-sessions",
              "--max-udp-sessions-per-service")
@@ -42,13 +44,15 @@ USERSPACE_ONLY_FLAGS = ("--bind-address", "--loopback-block", "--address-map", "
 #: Flags only the kernel modes (iptables, nftables, ipvs) use.
 KERNEL_ONLY_FLAGS = ("--node-ip", "--cluster-cidr", "--masquerade-all", "--nodeport-addresses",
                      "--iptables-masquerade-bit", "--iptables-localhost-nodeports", "--kernel",
-                     "--ipvs-scheduler")
+                     "--ipvs-scheduler", "--service-cidr")
 #: Flags only the ipvs mode uses.
 IPVS_ONLY_FLAGS = ("--ipvs-scheduler",)
 #: Flags only the ebpf mode uses (Cilium's names).
 EBPF_ONLY_FLAGS = ("--bpf-lb-algorithm", "--bpf-lb-maglev-table-size", "--bpf-lb-maglev-hash-seed")
 #: The HTTP (layer 7) plane's flags, honoured in every mode.
 INGRESS_FLAGS = ("--ingress-bind-address", "--ingress-class")
+#: Flags only the nftables mode uses.
+NFTABLES_ONLY_FLAGS = ("--service-cidr",)
 #: Every flag :func:`~kproxy.config.build.build_run_config` reads.
 RUN_FLAGS = frozenset({
     "--manifests", "--kubeconfig", "--master", "--config", "--service-proxy-name", *NODE_FLAGS,

@@ -179,6 +179,8 @@ class RuleSettings:
         bpf_lb_algorithm: ``--bpf-lb-algorithm`` (ebpf mode, Cilium's): ``random`` or ``maglev``.
         bpf_lb_maglev_table_size: ``--bpf-lb-maglev-table-size``, one of Cilium's primes.
         bpf_lb_maglev_hash_seed: ``--bpf-lb-maglev-hash-seed``, base64 of 12 bytes.
+        service_cidrs: ``--service-cidr``: the ranges ClusterIPs come from, canonical CIDRs of
+            either family (the nftables mode drops traffic to their unallocated addresses).
         kernel: ``--kernel`` (``run``'s kernel modes).
     """
 
@@ -192,6 +194,7 @@ class RuleSettings:
     bpf_lb_algorithm: str = DEFAULT_BPF_LB_ALGORITHM
     bpf_lb_maglev_table_size: int = DEFAULT_MAGLEV_TABLE_SIZE
     bpf_lb_maglev_hash_seed: str = DEFAULT_MAGLEV_HASH_SEED
+    service_cidrs: tuple[str, ...] = ()
     kernel: Kernel = Kernel.EMULATED
 
 

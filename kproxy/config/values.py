@@ -21,6 +21,7 @@ __all__ = [
     "parse_ipv4_cidr",
     "parse_node_ips",
     "parse_period",
+    "parse_service_cidrs",
     "parse_specific_ip",
 ]
 
@@ -77,6 +78,29 @@ def parse_cidr_list(text: str, *, name: str) -> tuple[str, ...]:
                               f"got {seen[version]!r} and {cidr!r}")
         seen[version] = cidr
     return cidrs
+
+
+def parse_service_cidrs(text: str, *, name: str) -> tuple[str, ...]:
+    """``--service-cidr CIDR[,CIDR]``: the ranges ClusterIPs are allocated from, in canonical spelling.
+
+    kube-proxy's nftables proxier learns them from the cluster's ServiceCIDR objects
+    (``OnServiceCIDRsChanged``), so a family may have several; each is written as
+    ``ipaddress`` spells the network (``10.96.0.0/12``), duplicates dropped.
+
+    Raises:
+        ConfigError: a value that is not a CIDR (the message names ``name``).
+    """
+    out: list[str] = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        try:
+            cidr = str(ipaddress.ip_network(part.strip(), strict=False))
+        except ValueError:
+            raise ConfigError(f"{name}: expected a CIDR such as 10.96.0.0/12, got {part.strip()!r}") from None
+        if cidr not in out:
+            out.append(cidr)
+    return tuple(out)
 
 
 def parse_families(text: str, *, name: str) -> tuple[IPFamily, ...]:

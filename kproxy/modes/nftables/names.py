@@ -10,7 +10,6 @@ address with its colons turned into dots); ``hashAndTruncate`` prefixes the base
 
 from __future__ import annotations
 
-import base64
 import hashlib
 
 from kproxy.model.names import ServicePortName
@@ -34,8 +33,10 @@ __all__ = [
     "SERVICE_NODEPORTS_MAP",
     "TABLE",
     "affinity_set_name",
+    "endpoint_base",
     "endpoint_chain_name",
     "hash_and_truncate",
+    "hash_prefix",
     "is_affinity_set_name",
     "is_service_chain_name",
     "service_chain_base",
@@ -64,10 +65,25 @@ MASQUERADING_CHAIN = "masquerading"
 CHAIN_NAME_BASE_LENGTH_MAX = 240
 
 
+_B32 = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+#: Every 10-bit value as its two base32 characters (RFC 4648's alphabet).
+_B32_PAIRS = tuple(a + b for a in _B32 for b in _B32)
+
+
+def hash_prefix(name: str) -> str:
+    """The first 8 characters of the standard base32 of ``name``'s SHA-256.
+
+    Base32 encodes 5 bytes as 8 characters, so these are the base32 of the digest's first 5
+    bytes: 40 bits read as four 10-bit pairs, with no padding and no full encoding.
+    """
+    v = int.from_bytes(hashlib.sha256(name.encode()).digest()[:5], "big")
+    pairs = _B32_PAIRS
+    return pairs[v >> 30] + pairs[(v >> 20) & 1023] + pairs[(v >> 10) & 1023] + pairs[v & 1023]
+
+
 def hash_and_truncate(name: str) -> str:
     """``HASH-name``, cut to 240 characters (kube-proxy's ``hashAndTruncate``)."""
-    digest = base64.b32encode(hashlib.sha256(name.encode()).digest()).decode()
-    out = f"{digest[:8]}-{name}"
+    out = f"{hash_prefix(name)}-{name}"
     if len(out) > CHAIN_NAME_BASE_LENGTH_MAX:
         out = out[:CHAIN_NAME_BASE_LENGTH_MAX - 3] + "..."
     return out
@@ -79,19 +95,21 @@ def service_chain_base(spn: ServicePortName) -> str:
     return hash_and_truncate(f"{spn.namespace}/{spn.name}/{proto}/{spn.port}")
 
 
-def _endpoint_base(spn: ServicePortName, ip: str, port: int) -> str:
+def endpoint_base(spn: ServicePortName, ip: str, port: int) -> str:
+    """``HASH-ns/name/proto/port__IP/PORT`` (``servicePortEndpointChainNameBase``): the name of an
+    endpoint's chain and affinity set after their ``endpoint-`` or ``affinity-`` prefix."""
     proto = spn.protocol.value.lower()
     return hash_and_truncate(f"{spn.namespace}/{spn.name}/{proto}/{spn.port}__{ip.replace(':', '.')}/{port}")
 
 
 def endpoint_chain_name(spn: ServicePortName, ip: str, port: int) -> str:
     """``endpoint-HASH-ns/name/proto/port__IP/PORT`` (IPv6 colons become dots)."""
-    return "endpoint-" + _endpoint_base(spn, ip, port)
+    return "endpoint-" + endpoint_base(spn, ip, port)
 
 
 def affinity_set_name(spn: ServicePortName, ip: str, port: int) -> str:
     """``affinity-HASH-...``: the ClientIP affinity set of one endpoint."""
-    return "affinity-" + _endpoint_base(spn, ip, port)
+    return "affinity-" + endpoint_base(spn, ip, port)
 
 
 def is_service_chain_name(name: str) -> bool:

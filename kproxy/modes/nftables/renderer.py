@@ -135,31 +135,33 @@ class _Sync:
             self._count(self.p.sets, self.r._sets, name, -1)
 
     def write(self, plan: PortPlan, rewrite: bool) -> None:
-        """Hold the port's elements, chains and sets; write its chains when ``rewrite``."""
+        """Hold the port's elements, chains and sets; when ``rewrite``, write its chains and their
+        head (the tail follows in :meth:`write_tail`, after every port's head)."""
         tx = self.tx
+        chains, committed = self.p.chains, self.r._chains
         for chain in plan.chains:
-            self._count(self.p.chains, self.r._chains, chain, +1)
+            chains[chain] = chains.get(chain, committed.get(chain, 0)) + 1
             if rewrite:
                 tx.ensure_chain(chain)
         for name in plan.affinity_sets:
             self._count(self.p.sets, self.r._sets, name, +1)
+        owners, committed_owners, values = self.p.owners, self.r._owners, self.p.values
         for el in plan.elements:
             ref = (el.container, el.key)
-            self.p.owners[ref] = self.p.owners.get(ref, self.r._owners.get(ref, 0)) + 1
+            owners[ref] = owners.get(ref, committed_owners.get(ref, 0)) + 1
             old = self.value(ref)
             if old is None:
                 tx.element("add", el.container, el.key, el.value, el.comment)
             elif old != el.value:
                 tx.element("delete", el.container, el.key)
                 tx.element("add", el.container, el.key, el.value, el.comment)
-            self.p.values[ref] = el.value
+            values[ref] = el.value
         if rewrite:
-            for kind, name, text in plan.body:
-                if kind == "set":
-                    tx.op("add", "set", name, text)
-                else:
-                    rule, _, comment = text.partition(' comment "')
-                    tx.rule(name, rule, comment[:-1] if comment else "")
+            tx.lines.extend(plan.head)
+
+    def write_tail(self, plan: PortPlan) -> None:
+        """The rest of a rewritten port's rules."""
+        self.tx.tail.extend(plan.tail)
 
     def finish(self, existing_chains: Collection[str] | None, existing_sets: Collection[str] | None,
                deleted: tuple[str, ...], now_s: float) -> None:
@@ -174,7 +176,7 @@ class _Sync:
             held = {c for c, n in self.r._chains.items() if n > 0 and p.chains.get(c, 1) > 0} | active
             flush |= {c for c in set(existing_chains).difference(deleted) - held if is_service_chain_name(c)}
         for chain in sorted(flush):
-            tx.op("flush", "chain", chain)
+            tx.op("flush", "chain", chain, tail=True)
             stale[chain] = now_s
         gone = {s for s, n in p.sets.items() if n <= 0 and self.r._sets.get(s, 0) > 0}
         if existing_sets is not None:
@@ -182,7 +184,7 @@ class _Sync:
             live |= {s for s, n in p.sets.items() if n > 0}
             gone |= {s for s in existing_sets if is_affinity_set_name(s) and s not in live}
         for name in sorted(gone):
-            tx.op("delete", "set", name)
+            tx.op("delete", "set", name, tail=True)
         for _, container in ELEMENT_CONTAINERS:
             for ref in sorted(r for r, n in p.owners.items() if r[0] == container and n <= 0):
                 if self.present(ref):
@@ -212,6 +214,9 @@ class NftablesRenderer:
         #: id(ServicePortInfo) -> (key, info, plan) of every committed port (the info held
         #: keeps its id from being reused).
         self._ports: dict[int, tuple[_Key, ServicePortInfo, PortPlan]] = {}
+        #: key -> id of its committed ServicePortInfo (the index of ``_ports`` by key, kept
+        #: across syncs so a partial render never rebuilds it).
+        self._by_key: dict[_Key, int] = {}
         self._stale: dict[str, float] = {}
         self._pending: _Pending | None = None
         self._plans: dict[int, tuple[ServicePortInfo, PortPlan]] = {}
@@ -305,6 +310,9 @@ class NftablesRenderer:
                 info = snapshot.ports[key]
                 pending.ports[id(info)] = (key, info, new)
                 sync.write(new, True)
+        for _, _, _, new in work:
+            if new is not None:
+                sync.write_tail(new)
         sync.finish(existing_chains, existing_sets, deleted, now_s)
         pending.result = RenderResult(
             full=full, text=tx.text(), cleanup=cleanup.text(), operations=len(tx),
@@ -324,7 +332,8 @@ class NftablesRenderer:
         fam, committed = self._family, self._ports
         work: list[_Work] = []
         seen: set[int] = set()
-        by_key: dict[_Key, int] | None = None
+        by_key = self._by_key
+        changed_names = {name for _, name in changed}
         for key, info in snapshot.ports.items():
             if key[0] is not fam:
                 continue
@@ -333,9 +342,10 @@ class NftablesRenderer:
             held = None if full else committed.get(ident)
             if held is not None and held[1] is not info:
                 held = None
-            svc_changed = bool(changed) and (key[1].namespace, key[1].name) in changed
+            spn = key[1]
+            # The name first: a str hashes once and most names are not in ``changed``.
+            svc_changed = spn.name in changed_names and (spn.namespace, spn.name) in changed
             if held is None and not full:
-                by_key = {h[0]: i for i, h in committed.items()} if by_key is None else by_key
                 old_ident = by_key.get(key)
                 if old_ident is not None and committed[old_ident][1] == info:
                     seen.add(old_ident)
@@ -371,7 +381,7 @@ class NftablesRenderer:
         if p is None or p.result is not result:
             raise InvalidArgument("commit() expects the RenderResult of the latest render()")
         if result.full:
-            self._owners, self._chains, self._sets, self._ports = {}, {}, {}, {}
+            self._owners, self._chains, self._sets, self._ports, self._by_key = {}, {}, {}, {}, {}
             self._storage = {name: {} for _, name in ELEMENT_CONTAINERS}
         for (container, element), value in p.values.items():
             if value is None:
@@ -383,9 +393,12 @@ class NftablesRenderer:
         _merge_counts(self._sets, p.sets)
         for ident, held in p.ports.items():
             if held is None:
-                self._ports.pop(ident, None)
+                old = self._ports.pop(ident, None)
+                if old is not None and self._by_key.get(old[0]) == ident:
+                    del self._by_key[old[0]]
             else:
                 self._ports[ident] = held
+                self._by_key[held[0]] = ident
         self._applied = p.snapshot
         self._stale = p.stale
         self._pending = None

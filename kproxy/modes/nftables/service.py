@@ -36,8 +36,8 @@ from kproxy.modes.nftables.names import (
     REJECT_CHAIN,
     SERVICE_IPS_MAP,
     SERVICE_NODEPORTS_MAP,
-    affinity_set_name,
-    endpoint_chain_name,
+    TABLE,
+    endpoint_base,
     service_chain_base,
 )
 
@@ -62,14 +62,18 @@ class PortPlan(NamedTuple):
         chains: the per-service chains it owns, in ``ensureChain`` order.
         affinity_sets: the ClientIP affinity sets of its endpoints.
         elements: its set and map elements, in kube-proxy's order.
-        body: operations after the chains are added and flushed: ``("rule", chain, text)`` and
-            ``("set", name, spec)``.
+        head: the ``add set`` lines of its affinity sets and the ``add rule`` lines of its
+            ``service-`` and ``local-`` chains (those holding the ``numgen ... vmap`` rules), in
+            order; written right after the chains are added and flushed.
+        tail: the ``add rule`` lines of its other chains (endpoint, external, firewall), in
+            order; a transaction may write them after every port's head.
     """
 
     chains: tuple[str, ...]
     affinity_sets: tuple[str, ...]
     elements: tuple[Element, ...]
-    body: tuple[tuple[str, str, str], ...]
+    head: tuple[str, ...]
+    tail: tuple[str, ...]
 
 
 class _Names(NamedTuple):
@@ -136,19 +140,23 @@ def _firewall_rule(info: ServicePortInfo, ctx: FamilyContext) -> str:
     return f"{ctx.ip} saddr != {{ {' , '.join(sources)} }} drop"
 
 
-def _dispatch(chain: str, endpoints: tuple[Endpoint, ...], chains: dict[str, tuple[str, str]],
-              ctx: FamilyContext, affinity: bool) -> list[tuple[str, str, str]]:
-    out: list[tuple[str, str, str]] = []
+def _dispatch(rule: str, chain: str, endpoints: tuple[Endpoint, ...], chains: dict[str, tuple[str, str]],
+              ip: str, affinity: bool) -> list[str]:
+    out: list[str] = []
     if affinity:
-        out.extend(("rule", chain, f"{ctx.ip} saddr @{chains[ep.address][1]} goto {chains[ep.address][0]}")
+        out.extend(f"{rule}{chain} {ip} saddr @{chains[ep.address][1]} goto {chains[ep.address][0]}"
                    for ep in endpoints)
     vmap = " , ".join(f"{i} : goto {chains[ep.address][0]}" for i, ep in enumerate(endpoints))
-    out.append(("rule", chain, f"numgen random mod {len(endpoints)} vmap {{ {vmap} }}"))
+    out.append(f"{rule}{chain} numgen random mod {len(endpoints)} vmap {{ {vmap} }}")
     return out
 
 
 def port_plan(info: ServicePortInfo, ctx: FamilyContext) -> PortPlan:
-    """Plan one service port (see the module docstring); pure, so callers may memoise it."""
+    """Plan one service port (see the module docstring); pure, so callers may memoise it.
+
+    The operations come out as whole ``add`` lines of the family's table, so a renderer that
+    keeps the plan of an unchanged port across syncs writes them again without building them.
+    """
     base = service_chain_base(info.name)
     n = _Names("service-" + base, "local-" + base, "external-" + base, "firewall-" + base)
     has_eps = info.has_any_endpoints
@@ -164,34 +172,42 @@ def port_plan(info: ServicePortInfo, ctx: FamilyContext) -> PortPlan:
         "" if has_internal else "drop", "" if has_external else "drop")
     elements = _elements(info, n, verdicts, (has_eps, has_internal, has_external, uses_fw))
     affinity = info.session_affinity
-    eps = {ep.address: (endpoint_chain_name(info.name, ep.ip, ep.port),
-                        affinity_set_name(info.name, ep.ip, ep.port)) for ep in info.all_reachable_endpoints}
-    chains = [eps[ep.address][0] for ep in info.all_reachable_endpoints]
+    reachable = info.all_reachable_endpoints
+    eps: dict[str, tuple[str, str]] = {}
+    for ep in reachable:
+        ep_base = endpoint_base(info.name, ep.ip, ep.port)
+        eps[ep.address] = ("endpoint-" + ep_base, "affinity-" + ep_base)
+    chains = [eps[ep.address][0] for ep in reachable]
     chains += [c for c, used in ((n.svc, uses_cluster), (n.local, uses_local), (n.ext, uses_ext), (n.fw, uses_fw))
                if used]
-    body: list[tuple[str, str, str]] = []
+    ip = ctx.ip
+    where = f"{ip} {TABLE}"
+    rule = f"add rule {where} "
+    head: list[str] = []
+    tail: list[str] = []
     internal = n.local if info.internal_policy_local else n.svc
     masq_if = "" if ctx.config.masquerade_all else ctx.if_not_local
     if has_internal and (ctx.config.masquerade_all or masq_if):
         cond = f" {masq_if}" if masq_if else ""
-        body.append(("rule", internal, f"{ctx.ip} daddr {info.cluster_ip}{cond} {_JUMP_MASQ}"))
+        head.append(f"{rule}{internal} {ip} daddr {info.cluster_ip}{cond} {_JUMP_MASQ}")
     if uses_ext:
-        body.extend(("rule", n.ext, r) for r in _external_rules(info, n, ctx, has_external))
+        tail.extend(f"{rule}{n.ext} {r}" for r in _external_rules(info, n, ctx, has_external))
     if uses_fw:
-        body.append(("rule", n.fw, _firewall_rule(info, ctx)))
+        tail.append(f"{rule}{n.fw} {_firewall_rule(info, ctx)}")
     if affinity:
-        spec = f"type {ctx.addr_type} ; flags dynamic,timeout ; timeout {info.session_affinity_timeout_s}s ;"
-        body.extend(("set", eps[ep.address][1], spec) for ep in info.all_reachable_endpoints)
+        spec = f"{{ type {ctx.addr_type} ; flags dynamic,timeout ; timeout {info.session_affinity_timeout_s}s ; }}"
+        head[:0] = [f"add set {where} {eps[ep.address][1]} {spec}" for ep in reachable]
     if uses_cluster:
-        body.extend(_dispatch(n.svc, info.cluster_endpoints, eps, ctx, affinity))
+        head.extend(_dispatch(rule, n.svc, info.cluster_endpoints, eps, ip, affinity))
     if uses_local:
-        body.extend(_dispatch(n.local, info.local_endpoints, eps, ctx, affinity))
+        head.extend(_dispatch(rule, n.local, info.local_endpoints, eps, ip, affinity))
     proto = info.protocol.value.lower()
-    for ep in info.all_reachable_endpoints:
+    for ep in reachable:
         chain, aff = eps[ep.address]
-        body.append(("rule", chain, f"{ctx.ip} saddr {ep.ip} {_JUMP_MASQ}"))
+        tail.append(f"{rule}{chain} {ip} saddr {ep.ip} {_JUMP_MASQ}")
         if affinity:
-            body.append(("rule", chain, f"update @{aff} {{ {ctx.ip} saddr }}"))
-        body.append(("rule", chain, f"meta l4proto {proto} dnat to {ep.address}"))
-    sets = tuple(eps[ep.address][1] for ep in info.all_reachable_endpoints) if affinity else ()
-    return PortPlan(chains=tuple(chains), affinity_sets=sets, elements=tuple(elements), body=tuple(body))
+            tail.append(f"{rule}{chain} update @{aff} {{ {ip} saddr }}")
+        tail.append(f"{rule}{chain} meta l4proto {proto} dnat to {ep.address}")
+    sets = tuple(eps[ep.address][1] for ep in reachable) if affinity else ()
+    return PortPlan(chains=tuple(chains), affinity_sets=sets, elements=tuple(elements),
+                    head=tuple(head), tail=tuple(tail))

@@ -85,7 +85,18 @@ ELEMENT_CONTAINERS = (
 
 
 class Transaction:
-    """Operations on the ``kube-proxy`` table of one family, one line each.
+    """Operations on the ``kube-proxy`` table of one family.
+
+    Chains, sets, maps and rules are one line each, in three parts written in this order:
+    :attr:`lines` (the fixed part, each port's chains and the rules of its dispatch chains),
+    :attr:`tail` (the other per-port rules, flushes of stale chains, deletions of sets), then the
+    elements, one ``delete element`` and then one ``add element`` line per set or map holding
+    all of its elements (``{ K1 : V1 , K2 : V2 }``). The load is the same as kube-proxy's one
+    line per operation; the order is chosen for the kernel's cost (README, "nftables load
+    time"): each rule with an anonymous ``vmap`` makes the kernel walk the
+    whole transaction so far (``__nft_set_trans_bind`` in ``net/netfilter/nf_tables_api.c``),
+    so those rules come as early as their chains allow, and grouped elements are one netlink
+    message per set instead of one per element.
 
     Args:
         family: ``ip`` or ``ip6``.
@@ -94,40 +105,63 @@ class Transaction:
     def __init__(self, family: str) -> None:
         self._where = f"{family} {TABLE}"
         self.lines: list[str] = []
+        self.tail: list[str] = []
         self._ensured: set[str] = set()
+        #: (verb, container) -> element texts, in the order written.
+        self._elements: dict[tuple[str, str], list[str]] = {}
+        self._element_ops = 0
+
+    @property
+    def where(self) -> str:
+        """``FAMILY kube-proxy``, as every line names the table."""
+        return self._where
 
     def __len__(self) -> int:
-        return len(self.lines)
+        """knftables' ``NumOperations``: each line, and each element, is one operation."""
+        return len(self.lines) + len(self.tail) + self._element_ops
 
     def text(self) -> str:
-        """The transaction for ``nft -f``: one operation per line, ``""`` when empty."""
-        return "".join(line + "\n" for line in self.lines)
+        """The transaction for ``nft -f``: one operation per line (elements grouped), ``""`` when empty."""
+        out = self.lines + self.tail
+        for verb in ("delete", "add"):
+            out.extend(f"{verb} element {self._where} {container} {{ {' , '.join(items)} }}"
+                       for (v, container), items in self._elements.items() if v == verb)
+        return "".join(line + "\n" for line in out)
 
-    def op(self, verb: str, kind: str, name: str = "", body: str = "") -> None:
-        """``VERB KIND FAMILY kube-proxy [NAME] [{ BODY }]``."""
+    def op(self, verb: str, kind: str, name: str = "", body: str = "", *, tail: bool = False) -> None:
+        """``VERB KIND FAMILY kube-proxy [NAME] [{ BODY }]``, into :attr:`tail` when ``tail``."""
         line = f"{verb} {kind} {self._where}"
         if name:
             line += f" {name}"
         if body:
             line += f" {{ {body} }}"
-        self.lines.append(line)
+        (self.tail if tail else self.lines).append(line)
 
     def ensure_chain(self, name: str) -> None:
         """kube-proxy's ``ensureChain``: add and flush ``name`` once per transaction."""
         if name in self._ensured:
             return
         self._ensured.add(name)
-        self.op("add", "chain", name)
-        self.op("flush", "chain", name)
+        where = self._where
+        self.lines.append(f"add chain {where} {name}")
+        self.lines.append(f"flush chain {where} {name}")
 
     def rule(self, chain: str, text: str, comment: str = "") -> None:
         """``add rule ... CHAIN TEXT [comment "C"]``."""
         self.lines.append(f"add rule {self._where} {chain} {text}" + (f' comment "{comment}"' if comment else ""))
 
     def element(self, verb: str, container: str, key: str, value: str = "", comment: str = "") -> None:
-        """``add``/``delete element ... CONTAINER { KEY [comment "C"] [: VALUE] }``."""
-        body = key + (f' comment "{comment}"' if comment else "") + (f" : {value}" if value else "")
-        self.op(verb, "element", container, body)
+        """``add``/``delete element ... CONTAINER { KEY [comment "C"] [: VALUE] }`` (grouped per container).
+
+        A deletion never carries the value or comment (the key names the element).
+        """
+        body = key if verb == "delete" else (
+            key + (f' comment "{comment}"' if comment else "") + (f" : {value}" if value else ""))
+        group = self._elements.get((verb, container))
+        if group is None:
+            group = self._elements[(verb, container)] = []
+        group.append(body)
+        self._element_ops += 1
 
 
 def setup(tx: Transaction, ctx: FamilyContext, *, first: bool) -> None:

@@ -16,6 +16,11 @@ import re
 _LINE = re.compile(r"^(add|flush|delete) (table|chain|rule|set|map|element) (ip6?) kube-proxy ?(\S*)(?: (.*))?$")
 
 
+def _items(body: str) -> list[str]:
+    """The elements of ``{ E1 , E2 }`` (one line may hold many, as the renderer groups them)."""
+    return [item.strip() for item in body.strip()[1:-1].split(" , ")]
+
+
 class Dump:
     """The fake kernel's table, fed with :meth:`apply`."""
 
@@ -55,10 +60,11 @@ class Dump:
             self.sets.setdefault(name, (kind, rest))
             self.elements.setdefault(name, {})
         else:
-            key = rest.strip("{} ").split(" : ")[0].split(' comment "')[0]
             if name not in self.elements:
                 raise ValueError(f"element for a missing set: {line}")
-            self.elements[name][key] = rest
+            for item in _items(rest):
+                key = item.split(" : ")[0].split(' comment "')[0]
+                self.elements[name][key] = f"{{ {item} }}"
 
     def _flush(self, kind: str, name: str, rest: str, line: str) -> None:
         target = self.rules if kind == "chain" else self.elements
@@ -76,10 +82,10 @@ class Dump:
                 raise ValueError(f"delete of a missing {kind}: {line}")
             del self.sets[name], self.elements[name]
         else:
-            key = rest.strip("{} ")
-            if key not in self.elements.get(name, {}):
-                raise ValueError(f"delete of a missing element: {line}")
-            del self.elements[name][key]
+            for key in _items(rest):
+                if key not in self.elements.get(name, {}):
+                    raise ValueError(f"delete of a missing element: {line}")
+                del self.elements[name][key]
 
     def text(self) -> str:
         """The state as ``add`` lines (knftables' ``Fake.Dump``)."""
@@ -94,5 +100,6 @@ class Dump:
         return "\n".join(out) + "\n"
 
     def operations(self, text: str) -> int:
-        """How many operations ``text`` holds (one per line)."""
-        return len(text.splitlines())
+        """How many operations ``text`` holds (one per line, and one per element)."""
+        return sum(len(_items(line.split(" ", 5)[5])) if line.split(" ", 2)[1] == "element" else 1
+                   for line in text.splitlines())
