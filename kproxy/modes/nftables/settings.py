@@ -26,7 +26,7 @@ def nftables_config(run: RunConfig, family: IPFamily | None = None) -> NftablesC
         ConfigError: never for a configuration :func:`~kproxy.config.build_run_config` built.
     """
     rules = run.rules
-    service_cidrs: tuple[str, ...] = tuple(getattr(rules, "service_cidrs", ()) or ())
+    service_cidrs: tuple[str, ...] = rules.service_cidrs
     return NftablesConfig.from_run(
         family=family or run.primary_family, node_ips=run.node.node_ips, cluster_cidr=rules.cluster_cidrs,
         masquerade_all=rules.masquerade_all, masquerade_bit=rules.masquerade_bit,
