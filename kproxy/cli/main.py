@@ -15,7 +15,7 @@ from importlib import metadata
 
 import structlog
 
-from kproxy.cli import render, run, trace, verify
+from kproxy.cli import nodedump, render, run, trace, verify
 from kproxy.cli.flags import join_negative_values
 from kproxy.errors import ConfigError, KproxyError
 from kproxy.observability import configure_logging
@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_parser(sub)
     trace.add_parser(sub)
     verify.add_parser(sub)
+    nodedump.add_parser(sub)
     return parser
 
 

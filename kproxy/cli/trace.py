@@ -20,6 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import replace
 
 from emulation.errors import NetfilterError
 from kproxy.cli.flags import (
@@ -30,6 +31,7 @@ from kproxy.cli.flags import (
     flags_in,
     warn_ignored,
 )
+from kproxy.cli.nodedump import add_node_dump_flags, node_dump_from_args
 from kproxy.cli.progress import document_progress, progress_wanted
 from kproxy.cli.render import config_of, print_problems
 from kproxy.config import Command, RunConfig
@@ -45,8 +47,10 @@ from kproxy.trace.build import (
     read_text,
     snapshot_of,
 )
+from kproxy.trace.detail import trace_detail
 from kproxy.trace.ipvs import node_from_dumps, trace_ipvs
 from kproxy.trace.netfilter import TraceResult, format_trace, make_packet, parse_host_port, trace_packet
+from kproxy.trace.nodedump import ONE_INTERFACE_NOTE, NodeDump, dump_netns
 
 __all__ = ["add_parser", "node_addresses", "run", "trace_from_args"]
 
@@ -80,6 +84,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
                              "run's own rules, node and conntrack state are used")
     parser.add_argument("--ipset-save", default=None, metavar="FILE",
                         help="with --ipvs-dump: the node's ipset save output")
+    add_node_dump_flags(parser)
     parser.add_argument("--connections", type=int, default=None, metavar="N",
                         help="ipvs: simulate N new connections from the source (source ports counting "
                              "up) and report each endpoint's share (default 1; ignored with a warning in "
@@ -122,6 +127,22 @@ def _check_sources(args: argparse.Namespace, config: RunConfig) -> str:
     return "ipvs" if args.ipvs_dump else config.proxy_mode if manifests else "iptables"
 
 
+def _node_dump_of(args: argparse.Namespace, config: RunConfig) -> NodeDump | None:
+    """The node dump the flags give (``--node-dump DIR`` or the single files), or ``None``;
+    ``--node-dump`` supplies ``--iptables-save`` (of the packet's family) when it is not given."""
+    dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
+    version = ipaddress.ip_address(dst_ip).version
+    dump = node_dump_from_args(args, trace_node(list(config.node.node_ips)))
+    if dump is not None and args.node_dump and not args.iptables_save and not args.ipvs_dump:
+        rules = dump.rules.get(version)
+        if rules is None:
+            name = "iptables-save.txt" if version == 4 else "ip6tables-save.txt"
+            raise ConfigError(f"--node-dump {args.node_dump}: no {name} (the rules are the one file a "
+                              "node dump needs)")
+        args.iptables_save = str(rules)
+    return dump
+
+
 def _warn_unused(args: argparse.Namespace, config: RunConfig, mode: str) -> None:
     ipvs_only = flags_in(config.given, ("--ipvs-scheduler",))
     if args.connections is not None:
@@ -145,6 +166,7 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
             alone with ``--proxy-mode ipvs``, an unreadable dump, a missing manifest path.
         KernelError: the rendered rules do not load (a bug: please report it).
     """
+    dump = _node_dump_of(args, config)
     mode = _check_sources(args, config)
     dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
     family = IPFamily.IPv6 if ipaddress.ip_address(dst_ip).version == 6 else IPFamily.IPv4
@@ -162,8 +184,16 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
         return trace_ipvs(node, packet, connections=connections, notes=notes)
     if args.iptables_save:
         netns = netns_from_dump(args.iptables_save, packet.version, node_ips)
+        trace_notes: tuple[str, ...] = ()
+        if dump is not None:
+            netns, packet, trace_notes = dump_netns(netns, dump, packet, args.in_interface)
+        elif args.in_interface:
+            raise ConfigError("--in-interface IF needs the node's interfaces: give --node-dump DIR or "
+                              "--ip-addr FILE")
+        else:
+            trace_notes = (ONE_INTERFACE_NOTE,)
         try:
-            return trace_packet(netns, packet)
+            return replace(trace_packet(netns, packet), notes=trace_notes)
         except NetfilterError as err:
             raise ConfigError(f"--iptables-save {args.iptables_save}: {err}") from None
     with document_progress(enabled=progress_wanted()) as report:
@@ -191,13 +221,18 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except KernelError as err:
         raise KernelError(f"the rendered rules did not load into the emulated node: {err}") from err
     addresses, placeholder = node_addresses(config.node.node_ips, result.packet.version)
+    detail = trace_detail(result)
     if args.json:
         out = result.to_json()
-        out.update(node_ips=list(addresses), node_ip_placeholder=placeholder)
+        out.update(node_ips=list(addresses), node_ip_placeholder=placeholder, **detail)
+        out.setdefault("notes", list(result.notes))
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
         first, _, rest = format_trace(result).partition("\n")
-        sys.stdout.write(f"{first}\n{_node_line(addresses, placeholder)}\n{rest}")
+        extra = "" if result.ipvs else "".join(f"note: {n}\n" for n in result.notes)
+        if detail["delivery"]:
+            extra += f"delivery: {detail['delivery']}\n"
+        sys.stdout.write(f"{first}\n{_node_line(addresses, placeholder)}\n{extra}{rest}")
     return 0
 
 
