@@ -47,7 +47,6 @@ from kproxy.trace.build import (
     read_text,
     snapshot_of,
 )
-from kproxy.trace.detail import trace_detail
 from kproxy.trace.ipvs import node_from_dumps, trace_ipvs
 from kproxy.trace.netfilter import TraceResult, format_trace, make_packet, parse_host_port, trace_packet
 from kproxy.trace.nodedump import ONE_INTERFACE_NOTE, NodeDump, dump_netns
@@ -203,7 +202,8 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
     if mode == "ipvs":
         return trace_ipvs(ipvs_node(config, snapshot, family), packet, connections=connections,
                           zero_builtin_lines=True)
-    return trace_packet(iptables_netns(config, snapshot, family), packet, zero_builtin_lines=True)
+    return replace(trace_packet(iptables_netns(config, snapshot, family), packet, zero_builtin_lines=True),
+                   notes=(ONE_INTERFACE_NOTE,))
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -221,18 +221,16 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except KernelError as err:
         raise KernelError(f"the rendered rules did not load into the emulated node: {err}") from err
     addresses, placeholder = node_addresses(config.node.node_ips, result.packet.version)
-    detail = trace_detail(result)
+    out = result.to_json()
     if args.json:
-        out = result.to_json()
-        out.update(node_ips=list(addresses), node_ip_placeholder=placeholder, **detail)
-        out.setdefault("notes", list(result.notes))
+        out.update(node_ips=list(addresses), node_ip_placeholder=placeholder)
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
         first, _, rest = format_trace(result).partition("\n")
         extra = "" if result.ipvs else "".join(f"note: {n}\n" for n in result.notes)
-        if detail["delivery"]:
-            extra += f"delivery: {detail['delivery']}\n"
-        sys.stdout.write(f"{first}\n{_node_line(addresses, placeholder)}\n{extra}{rest}")
+        if out["delivery"]:
+            extra += f"delivery: {out['delivery']}\n"
+        sys.stdout.write(f"{first}\n{_node_line(addresses, placeholder)}\n{rest}{extra}")
     return 0
 
 

@@ -19,13 +19,13 @@ back to its source (what reverse-path filtering would accept), else ``lo`` for a
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from emulation import Node
 from emulation.addr import parse_address
 from emulation.netfilter import Outcome
 from kproxy.errors import ConfigError
-from kproxy.trace.netfilter import TraceResult
 
 __all__ = ["arrival_interface", "trace_detail"]
 
@@ -34,7 +34,8 @@ def _hp(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-def _path(outcomes: list[Outcome]) -> list[dict[str, Any]]:
+def _path(outcomes: list[Outcome], shown: Mapping[tuple[str, str, str, str], tuple[int, bool]]
+          ) -> list[dict[str, Any]]:
     seen: set[tuple[str, str, str, int, str]] = set()
     out = []
     for o in outcomes:
@@ -43,20 +44,29 @@ def _path(outcomes: list[Outcome]) -> list[dict[str, Any]]:
             if s.result == "nomatch" or key in seen:
                 continue
             seen.add(key)
-            out.append({"hook": s.hook, "table": s.table, "chain": s.chain, "rule": s.rule, "line": s.line,
-                        "unknown": s.result == "unknown"})
+            line, unknown = shown.get((s.hook, s.table, s.chain, s.rule), (s.line, s.result == "unknown"))
+            out.append({"hook": s.hook, "table": s.table, "chain": s.chain, "rule": s.rule, "line": line,
+                        "unknown": unknown})
     return out
 
 
-def trace_detail(result: TraceResult) -> dict[str, Any]:
-    """The keys of the module docstring for ``result``, to merge into its ``to_json()``."""
-    accepted = [(p, o) for p, o in result.outcomes if o.verdict == "ACCEPT"]
-    endpoints = []
-    for e in result.endpoints:
-        mine = [o for _, o in accepted if o.dnat and o.destination == e.address]
+def trace_detail(outcomes: Sequence[tuple[float, Outcome]], endpoints: Sequence[tuple[str, float]],
+                 shown: Mapping[tuple[str, str, str, str], tuple[int, bool]]) -> dict[str, Any]:
+    """The keys of the module docstring, to merge into a trace's JSON.
+
+    Args:
+        outcomes: every ``(probability, Outcome)`` of the trace.
+        endpoints: the trace's ``(address, probability)`` endpoints, in order.
+        shown: ``(hook, table, chain, rule) -> (line, unknown)`` as the merged trace reports them
+            (lines of built-in chains zeroed, unknown targets marked), so both paths agree.
+    """
+    accepted = [(p, o) for p, o in outcomes if o.verdict == "ACCEPT"]
+    listed = []
+    for address, probability in endpoints:
+        mine = [o for _, o in accepted if o.dnat and o.destination == address]
         sources = sorted({_hp(o.packet.src, o.packet.sport) for o in mine})
-        endpoints.append({"address": e.address, "probability": e.probability, "trace": _path(mine),
-                          "source": sources[0] if len(sources) == 1 else sources})
+        listed.append({"address": address, "probability": probability, "trace": _path(mine, shown),
+                       "source": sources[0] if len(sources) == 1 else sources})
     snat = None
     for _, o in sorted(accepted, key=lambda po: -po[0]):
         if o.masquerade or o.snat:
@@ -68,7 +78,7 @@ def trace_detail(result: TraceResult) -> dict[str, Any]:
         ports = sorted({o.packet.dport for o in local})
         delivery = (f"delivered to a local socket on {', '.join(map(str, ports))}; whether something "
                     "listens there is outside the rules (a closed TCP port answers with a reset)")
-    return {"endpoints": endpoints, "snat": snat, "delivery": delivery}
+    return {"endpoints": listed, "snat": snat, "delivery": delivery}
 
 
 def arrival_interface(node: Node, src: str, given: str | None) -> str | None:
