@@ -10,7 +10,8 @@ kube-proxy-shaped rules (KUBE-SERVICES, KUBE-MARK-MASQ, KUBE-POSTROUTING ``MASQU
 address it saw; real TCP connections are made, and ``kproxy trace --node-dump`` on the
 namespace's dump must name the same source address (the port too when nothing translated it).
 The kernel masquerades to the out interface's address: 10.244.0.1 towards cni0, 10.244.0.0
-towards flannel.1, never the node IP of eth0, which the one-interface model would say.
+towards flannel.1, never the node IP of eth0, which the one-interface model would say; and the
+node calling the ``kubernetes`` Service whose endpoint is itself keeps its own address.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ RULES = (Path(__file__).parent / "data" / "flannel-node.rules").read_text()
 SERVER = """
 import socket, sys, time
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], 8080)); s.listen(16); s.settimeout(1.0)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(16); s.settimeout(1.0)
 print("ready", flush=True)
 end = time.monotonic() + 30
 while time.monotonic() < end:
@@ -97,8 +98,9 @@ def flannel() -> Iterator[tuple[dict[str, str], Path]]:
     with netns("fl-node") as node, netns("fl-client") as client, netns("fl-pod") as pod, \
             netns("fl-remote") as remote:
         _flannel_node(node, client, pod, remote)
-        servers = [subprocess.Popen(_ns_python(ns, SERVER, addr), stdout=subprocess.PIPE, text=True)
-                   for ns, addr in ((pod, "10.244.0.5"), (remote, "10.244.1.7"))]
+        servers = [subprocess.Popen(_ns_python(ns, SERVER, addr, port), stdout=subprocess.PIPE, text=True)
+                   for ns, addr, port in ((pod, "10.244.0.5", "8080"), (remote, "10.244.1.7", "8080"),
+                                          (node, "192.168.60.2", "6443"))]
         try:
             for s in servers:
                 assert s.stdout is not None and s.stdout.readline().strip() == "ready"
@@ -140,6 +142,9 @@ CASES = [  # (namespace role, source, destination, masqueraded)
     ("node", "192.168.60.2:41004", "10.96.0.10:80", True),
     ("node", "192.168.60.2:41005", "10.96.0.11:80", True),
     ("pod", "10.244.0.5:41006", "10.96.0.11:80", False),
+    # the node calls the kubernetes Service whose endpoint is itself: out lo, whose 127.0.0.1 is
+    # host-scope, so MASQUERADE keeps the node's own address (not 127.0.0.1)
+    ("node", "192.168.60.2:41007", "10.96.0.1:443", True),
 ]
 
 
