@@ -221,6 +221,13 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except KernelError as err:
         raise KernelError(f"the rendered rules did not load into the emulated node: {err}") from err
     addresses, placeholder = node_addresses(config.node.node_ips, result.packet.version)
+    dump = node_dump_from_args(args, trace_node(list(config.node.node_ips)))
+    if dump is not None and (args.node_dump or args.ip_addr):
+        version = result.packet.version
+        addresses = tuple(a.partition("/")[0] for i in dump.node.interfaces if i.name != "lo"
+                          for n, a in enumerate(i.addresses)
+                          if i.scope(n) == "global" and ipaddress.ip_interface(a).version == version)
+        placeholder = False
     out = result.to_json()
     if args.json:
         out.update(node_ips=list(addresses), node_ip_placeholder=placeholder)

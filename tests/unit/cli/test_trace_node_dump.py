@@ -58,8 +58,10 @@ def test_a_pod_packet_arrives_on_cni0_and_is_masqueraded_to_eth0s_address(
         dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = _trace(capsys, "--node-dump", str(dump), "--src", "10.244.0.5:5000", "--dst", "8.8.8.8:53",
                  "--proto", "udp")
-    assert out["verdict"] == "ACCEPT"  # -i cni0 ! -o eth0... matched the real names, not eth0 -> eth0
+    assert out["verdict"] == "ACCEPT"  # -i cni0 ! -o cni0 matched the real names (not eth0 -> eth0)
     assert out["snat"] == {"target": "MASQUERADE", "address": "192.168.50.2"}
+    assert out["node_ips"] == ["192.168.50.2", "10.244.0.1", "10.244.0.0"]
+    assert out["node_ip_placeholder"] is False
     notes = out["notes"]
     assert isinstance(notes, list) and any("1 entry" in n for n in notes)
 
