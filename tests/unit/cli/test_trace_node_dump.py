@@ -121,3 +121,41 @@ def test_bad_node_dump_flags_are_refused_with_the_reason(
     assert main(["trace", "--node-dump", str(empty), "--iptables-save", str(dump / "iptables-save.txt"),
                  *packet]) != 0
     assert "not JSON" in capsys.readouterr().err
+
+
+AFFINITY = """\
+*nat
+:PREROUTING ACCEPT [0:0]
+:OUTPUT ACCEPT [0:0]
+:KUBE-SEP-A - [0:0]
+:KUBE-SEP-B - [0:0]
+:KUBE-SVC-AFF - [0:0]
+-A PREROUTING -d 10.96.0.20/32 -p tcp -m tcp --dport 80 -j KUBE-SVC-AFF
+-A KUBE-SEP-A -p tcp -m recent --set --name KUBE-SEP-A --mask 255.255.255.255 --rsource \
+-m tcp -j DNAT --to-destination 10.244.0.5:8080
+-A KUBE-SEP-B -p tcp -m recent --set --name KUBE-SEP-B --mask 255.255.255.255 --rsource \
+-m tcp -j DNAT --to-destination 10.244.1.7:8080
+-A KUBE-SVC-AFF -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-A --mask 255.255.255.255 \
+--rsource -j KUBE-SEP-A
+-A KUBE-SVC-AFF -m recent --rcheck --seconds 10800 --reap --name KUBE-SEP-B --mask 255.255.255.255 \
+--rsource -j KUBE-SEP-B
+-A KUBE-SVC-AFF -m statistic --mode random --probability 0.5 -j KUBE-SEP-A
+-A KUBE-SVC-AFF -j KUBE-SEP-B
+COMMIT
+""".replace("\\\n", "")
+
+
+def test_recent_lists_from_the_dump_pin_a_client_to_its_endpoint(
+        dump: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (dump / "iptables-save.txt").write_text(AFFINITY)
+    packet = ["--src", "192.168.50.9:41000", "--dst", "10.96.0.20:80"]
+    shutil.rmtree(dump / "xt_recent")
+    out = _trace(capsys, "--node-dump", str(dump), *packet)
+    assert [e["probability"] for e in out["endpoints"]] == [0.5, 0.5]  # type: ignore[union-attr]
+    assert any("assumed empty" in n for n in out["notes"])  # type: ignore[union-attr]
+    (dump / "xt_recent").mkdir()
+    (dump / "xt_recent" / "KUBE-SEP-B").write_text(
+        "src=192.168.50.9 ttl: 64 last_seen: 4298227566 oldest_pkt: 1 4298227566\n")
+    out = _trace(capsys, "--node-dump", str(dump), *packet)
+    assert [(e["address"], e["probability"]) for e in out["endpoints"]] == [  # type: ignore[union-attr]
+        ("10.244.1.7:8080", 1.0)]
