@@ -78,16 +78,44 @@ class Interface:
     """A network interface: ``name`` and its ``addresses`` as CIDRs (``"192.168.0.2/24"``).
 
     The first address of a family is its primary address (what MASQUERADE prefers).
+
+    Attributes:
+        scopes: each address's scope as ``ip addr`` prints it (``global``, ``link``, ``host``),
+            parallel to ``addresses``; when empty (or shorter), an address's scope is derived
+            as the kernel gives it by default: ``host`` for 127.0.0.0/8 and ``::1``, ``link``
+            for ``fe80::/10``, else ``global``.
+        master: the bridge (or other master device) this interface is a port of, or ``None``.
+        bridge: the interface is a bridge (``ip -d link``'s ``info_kind bridge``, or the master
+            of another interface).
+        up: the link is up; routes through a down link are not used (the kernel marks them
+            ``linkdown``/dead).
     """
 
     name: str
     addresses: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ()
+    master: str | None = None
+    bridge: bool = False
+    up: bool = True
 
     def __post_init__(self) -> None:
         if not self.name:
             raise ValueError("an interface needs a name")
         for a in self.addresses:
             parse_cidr(a)
+        if len(self.scopes) > len(self.addresses):
+            raise ValueError(f"interface {self.name}: more scopes than addresses")
+
+    def scope(self, index: int) -> str:
+        """The scope of ``addresses[index]`` (see ``scopes``)."""
+        if index < len(self.scopes):
+            return self.scopes[index]
+        version, value = parse_address(self.addresses[index].partition("/")[0])
+        if _LOOPBACK4.contains(version, value) or (version, value) == _LOOPBACK6:
+            return "host"
+        if _LINKLOCAL6.contains(version, value):
+            return "link"
+        return "global"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -96,7 +124,10 @@ class Route:
 
     ``kind`` may be ``unicast`` (default), ``blackhole``, ``unreachable`` or ``prohibit``.
     ``version`` chooses the family of a ``default`` route; an IPv6 ``destination`` or ``via``
-    makes it 6 by itself.
+    makes it 6 by itself. ``metric`` orders routes of the same prefix (the lowest wins, as
+    ``fib6``/``fib_table_lookup`` prefer the lowest priority); ``prefsrc`` is the route's
+    preferred source (``src`` in ``ip route``), what a socket on the node binds to when it
+    sends without choosing.
 
     Raises:
         ValueError: ``version=6`` with an IPv4 destination or gateway, or families mixed.
@@ -107,6 +138,8 @@ class Route:
     via: str | None = None
     kind: Literal["unicast", "blackhole", "unreachable", "prohibit"] = "unicast"
     version: int = 4
+    metric: int = 0
+    prefsrc: str | None = None
 
     def __post_init__(self) -> None:
         families = set()
@@ -145,6 +178,8 @@ class Node:
         interfaces: its interfaces; ``lo`` (127.0.0.1/8, ::1/128) is added when missing.
         routes: routes besides the connected ones, e.g. ``Route(destination="default", ...)``.
         route_localnet: ``net.ipv4.conf.all.route_localnet``: allow 127.0.0.0/8 off ``lo``.
+        local_prefixes: more local destinations (``local`` routes of the ``local`` table that
+            are not an interface address, such as ``ip route add local 10.0.0.0/8 dev lo``).
         ip_forward: ``net.ipv4.ip_forward`` (and the IPv6 equivalent).
         tcp_loose: ``net.netfilter.nf_conntrack_tcp_loose``: pick up mid-stream TCP as NEW.
     """
@@ -154,9 +189,11 @@ class Node:
     route_localnet: bool = False
     ip_forward: bool = True
     tcp_loose: bool = True
+    local_prefixes: tuple[str, ...] = ()
     _table: tuple[tuple[Cidr, RouteResult], ...] = field(default=(), init=False, repr=False, compare=False)
     _local: frozenset[tuple[int, int]] = field(default=frozenset(), init=False, repr=False, compare=False)
     _broadcast: frozenset[tuple[int, int]] = field(default=frozenset(), init=False, repr=False, compare=False)
+    _local_nets: tuple[Cidr, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         ifaces = self.interfaces
@@ -168,7 +205,8 @@ class Node:
             raise ValueError(f"duplicate interface names in {names}")
         local: set[tuple[int, int]] = set()
         bcast: set[tuple[int, int]] = set()
-        table: list[tuple[Cidr, RouteResult]] = []
+        table: list[tuple[Cidr, int, RouteResult]] = []
+        down = {i.name for i in ifaces if not i.up}
         for iface in ifaces:
             for text in iface.addresses:
                 host = parse_address(text.partition("/")[0])
@@ -176,14 +214,18 @@ class Node:
                 net = parse_cidr(text)
                 if net.version == 4 and net.prefix < 31:
                     bcast.add((4, net.network | (net.mask ^ 0xFFFFFFFF)))
-                if iface.name != "lo":
-                    table.append((net, RouteResult(kind="unicast", device=iface.name, nexthop=None)))
+                if iface.name != "lo" and iface.up:
+                    table.append((net, 0, RouteResult(kind="unicast", device=iface.name, nexthop=None)))
         for r in self.routes:
             if r.device and r.device not in names:
                 raise ValueError(f"route {r.destination} uses unknown device {r.device!r}; have {names}")
-            table.append((r.cidr(), RouteResult(kind=r.kind, device=r.device or None, nexthop=r.via)))
-        table.sort(key=lambda e: -e[0].prefix)
-        object.__setattr__(self, "_table", tuple(table))
+            if r.device in down:
+                continue
+            table.append((r.cidr(), r.metric,
+                          RouteResult(kind=r.kind, device=r.device or None, nexthop=r.via)))
+        table.sort(key=lambda e: (-e[0].prefix, e[1]))
+        object.__setattr__(self, "_table", tuple((c, res) for c, _, res in table))
+        object.__setattr__(self, "_local_nets", tuple(parse_cidr(p) for p in self.local_prefixes))
         object.__setattr__(self, "_local", frozenset(local))
         object.__setattr__(self, "_broadcast", frozenset(bcast))
 
@@ -196,7 +238,8 @@ class Node:
 
     def is_local(self, version: int, value: int) -> bool:
         """Whether the address is the node's own (interface addresses, 127.0.0.0/8, ::1)."""
-        return (version, value) in self._local or _LOOPBACK4.contains(version, value)
+        return ((version, value) in self._local or _LOOPBACK4.contains(version, value)
+                or any(n.contains(version, value) for n in self._local_nets))
 
     def is_local_ip(self, ip: str) -> bool:
         """:meth:`is_local` for an address in text form."""
@@ -247,11 +290,13 @@ class Node:
     def source_address(self, device: str, version: int, nexthop: str | None, dst: int) -> str | None:
         """The address MASQUERADE picks on ``device`` for destination ``dst``.
 
-        IPv4, as ``inet_select_addr``: a primary address of the device in the same subnet as
-        the next hop (or destination), else its first IPv4 address; when the device has none
-        (a Calico ``cali*`` veth, say), the first address of universe scope of any interface,
-        in interface order (loopback's 127/8, of host scope, never); ``None`` when no
-        interface has one.
+        IPv4, as ``inet_select_addr(dev, nexthop, RT_SCOPE_UNIVERSE)`` (net/ipv4/devinet.c),
+        which ``nf_nat_masquerade_ipv4`` calls: among the device's addresses of global scope,
+        the one in the same subnet as the next hop (or destination), else the first; a
+        host-scope address (loopback's 127.0.0.1) or a link-scope one is never picked. When
+        the device has none (a Calico ``cali*`` veth, or ``lo`` for a packet the node sends to
+        itself), the first address of global scope of any interface, in interface order, so a
+        node talking to itself keeps its own address; ``None`` when no interface has one.
 
         IPv6, as ``ipv6_dev_get_saddr`` (``nf_nat_masquerade_ipv6`` calls it with the packet's
         destination; the next hop plays no part): see :meth:`_source_address6`.
@@ -263,9 +308,9 @@ class Node:
             return None
         target = parse_address(nexthop)[1] if nexthop else dst
         first: str | None = None
-        for text in iface.addresses:
+        for index, text in enumerate(iface.addresses):
             net = parse_cidr(text)
-            if net.version != version:
+            if net.version != version or iface.scope(index) != "global":
                 continue
             host = text.partition("/")[0]
             if first is None:
@@ -274,9 +319,8 @@ class Node:
                 return host
         if first is None:  # inet_select_addr's no_in_dev walk over every device
             for other in self.interfaces:
-                for text in other.addresses:
-                    net = parse_cidr(text)
-                    if net.version == 4 and not net.contains(4, 127 << 24):
+                for index, text in enumerate(other.addresses):
+                    if parse_cidr(text).version == 4 and other.scope(index) == "global":
                         return text.partition("/")[0]
         return first
 

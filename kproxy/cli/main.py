@@ -15,7 +15,7 @@ from importlib import metadata
 
 import structlog
 
-from kproxy.cli import cluster, portforward, render, run, trace, verify
+from kproxy.cli import cluster, nodedump, portforward, render, run, trace, verify
 from kproxy.cli.flags import join_negative_values
 from kproxy.errors import ConfigError, KproxyError
 from kproxy.observability import configure_logging
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_parser(sub)
     portforward.add_parser(sub)
     cluster.add_parser(sub)
+    nodedump.add_parser(sub)
     return parser
 
 

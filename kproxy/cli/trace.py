@@ -21,6 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from dataclasses import replace
 
 from emulation.errors import NetfilterError
 from kproxy.cli.flags import (
@@ -31,6 +32,7 @@ from kproxy.cli.flags import (
     flags_in,
     warn_ignored,
 )
+from kproxy.cli.nodedump import add_node_dump_flags, node_dump_from_args
 from kproxy.cli.progress import document_progress, progress_wanted
 from kproxy.cli.render import config_of, print_problems
 from kproxy.config import Command, RunConfig
@@ -49,6 +51,7 @@ from kproxy.trace.build import (
 from kproxy.trace.ipvs import node_from_dumps, trace_ipvs
 from kproxy.trace.netfilter import TraceResult, format_trace, make_packet, parse_host_port, trace_packet
 from kproxy.trace.nftables import netns_from_ruleset, nftables_netns, trace_nftables
+from kproxy.trace.nodedump import ONE_INTERFACE_NOTE, NodeDump, dump_netns
 
 __all__ = ["add_parser", "node_addresses", "run", "trace_from_args"]
 
@@ -86,6 +89,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     parser.add_argument("--nft-ruleset", default=None, metavar="FILE",
                         help="a node's `nft list ruleset` output (every table: kube-proxy's and any "
                              "other component's), instead of --manifests; implies --proxy-mode nftables")
+    add_node_dump_flags(parser)
     parser.add_argument("--connections", type=int, default=None, metavar="N",
                         help="ipvs: simulate N new connections from the source (source ports counting "
                              "up) and report each endpoint's share (default 1; ignored with a warning in "
@@ -140,6 +144,22 @@ def _check_sources(args: argparse.Namespace, config: RunConfig) -> str:
     return "ipvs" if args.ipvs_dump else config.proxy_mode if manifests else "iptables"
 
 
+def _node_dump_of(args: argparse.Namespace, config: RunConfig) -> NodeDump | None:
+    """The node dump the flags give (``--node-dump DIR`` or the single files), or ``None``;
+    ``--node-dump`` supplies ``--iptables-save`` (of the packet's family) when it is not given."""
+    dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
+    version = ipaddress.ip_address(dst_ip).version
+    dump = node_dump_from_args(args, trace_node(list(config.node.node_ips)))
+    if dump is not None and args.node_dump and not args.iptables_save and not args.ipvs_dump:
+        rules = dump.rules.get(version)
+        if rules is None:
+            name = "iptables-save.txt" if version == 4 else "ip6tables-save.txt"
+            raise ConfigError(f"--node-dump {args.node_dump}: no {name} (the rules are the one file a "
+                              "node dump needs)")
+        args.iptables_save = str(rules)
+    return dump
+
+
 def _warn_unused(args: argparse.Namespace, config: RunConfig, mode: str) -> None:
     ipvs_only = flags_in(config.given, ("--ipvs-scheduler",))
     if args.connections is not None:
@@ -166,6 +186,7 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
             alone with ``--proxy-mode ipvs``, an unreadable dump, a missing manifest path.
         KernelError: the rendered rules do not load (a bug: please report it).
     """
+    dump = _node_dump_of(args, config)
     mode = _check_sources(args, config)
     dst_ip, _ = parse_host_port(args.dst, flag="--dst", need_port=True)
     family = IPFamily.IPv6 if ipaddress.ip_address(dst_ip).version == 6 else IPFamily.IPv4
@@ -189,8 +210,16 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
                               packet, notes=read)
     if args.iptables_save:
         netns = netns_from_dump(args.iptables_save, packet.version, node_ips)
+        trace_notes: tuple[str, ...] = ()
+        if dump is not None:
+            netns, packet, trace_notes = dump_netns(netns, dump, packet, args.in_interface)
+        elif args.in_interface:
+            raise ConfigError("--in-interface IF needs the node's interfaces: give --node-dump DIR or "
+                              "--ip-addr FILE")
+        else:
+            trace_notes = (ONE_INTERFACE_NOTE,)
         try:
-            return trace_packet(netns, packet)
+            return replace(trace_packet(netns, packet), notes=trace_notes)
         except NetfilterError as err:
             raise ConfigError(f"--iptables-save {args.iptables_save}: {err}") from None
     with document_progress(enabled=progress_wanted()) as report:
@@ -203,7 +232,8 @@ def trace_from_args(args: argparse.Namespace, config: RunConfig) -> TraceResult:
     if mode == "nftables":
         return trace_nftables(nftables_netns(config, snapshot, family), packet,
                               notes=("lines are those of `kproxy render --proxy-mode nftables`",))
-    return trace_packet(iptables_netns(config, snapshot, family), packet, zero_builtin_lines=True)
+    return replace(trace_packet(iptables_netns(config, snapshot, family), packet, zero_builtin_lines=True),
+                   notes=(ONE_INTERFACE_NOTE,))
 
 
 def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
@@ -221,13 +251,23 @@ def run(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     except KernelError as err:
         raise KernelError(f"the rendered rules did not load into the emulated node: {err}") from err
     addresses, placeholder = node_addresses(config.node.node_ips, result.packet.version)
+    dump = node_dump_from_args(args, trace_node(list(config.node.node_ips)))
+    if dump is not None and (args.node_dump or args.ip_addr):
+        version = result.packet.version
+        addresses = tuple(a.partition("/")[0] for i in dump.node.interfaces if i.name != "lo"
+                          for n, a in enumerate(i.addresses)
+                          if i.scope(n) == "global" and ipaddress.ip_interface(a).version == version)
+        placeholder = False
+    out = result.to_json()
     if args.json:
-        out = result.to_json()
         out.update(node_ips=list(addresses), node_ip_placeholder=placeholder)
         sys.stdout.write(json.dumps(out, indent=2) + "\n")
     else:
         first, _, rest = format_trace(result).partition("\n")
-        sys.stdout.write(f"{first}\n{_node_line(addresses, placeholder)}\n{rest}")
+        extra = "" if result.ipvs else "".join(f"note: {n}\n" for n in result.notes)
+        if out["delivery"]:
+            extra += f"delivery: {out['delivery']}\n"
+        sys.stdout.write(f"{first}\n{_node_line(addresses, placeholder)}\n{rest}{extra}")
     return 0
 
 

@@ -21,6 +21,8 @@ import argparse
 import sys
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -61,6 +63,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     check.add_argument("--iptables-save", default=None, metavar="FILE",
                        help="a node's iptables-save (or -c) output to compare with kproxy's rules (not "
                             "`kproxy render` output: it lacks the jumps from the built-in chains)")
+    check.add_argument("--node-dump", default=None, metavar="DIR",
+                       help="a `kproxy node-dump` directory: its iptables-save.txt is the dump compared "
+                            "(instead of --iptables-save)")
+    check.add_argument("--pod-cidr", default=None, metavar="CIDR", action="append",
+                       help="this node's pod range (one per family; default: the first /24 or /64 of "
+                            "--cluster-cidr), as flannel's or the node's spec.podCIDR")
     check.add_argument("--allow-problems", action="store_true",
                        help="check even when the manifests had problems or yield no service port "
                             "(default: exit 2 listing them)")
@@ -77,8 +85,22 @@ def node_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser) ->
     Raises:
         ConfigError: a malformed address or CIDR (naming the flag).
     """
+    if getattr(args, "node_dump", None):
+        if args.iptables_save:
+            raise ConfigError("give either --node-dump DIR or --iptables-save FILE, not both")
+        rules = Path(args.node_dump) / "iptables-save.txt"
+        if not rules.is_file():
+            raise ConfigError(f"--node-dump {args.node_dump}: no iptables-save.txt (the rules are the one "
+                              "file a node dump needs)")
+        args.iptables_save = str(rules)
     config = build_run_config(given_flags(args, parser), command=Command.VERIFY)
-    return NodeSpec.from_run(config, primary_family_only=bool(args.iptables_save)), config
+    spec = NodeSpec.from_run(config, primary_family_only=bool(args.iptables_save))
+    if getattr(args, "pod_cidr", None):
+        try:
+            spec = replace(spec, local_pod_cidrs=tuple(args.pod_cidr))
+        except InvalidArgument as err:
+            raise ConfigError(f"--pod-cidr: {err}") from None
+    return spec, config
 
 
 def search(cluster: Cluster, modes: list[str | ModeAdapter], *, examples: int, seed: int,

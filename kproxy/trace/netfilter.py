@@ -32,6 +32,7 @@ from emulation.netfilter.rules import BUILTIN_CHAINS, Chain
 from emulation.netfilter.targets import Jump, UnknownTarget
 from kproxy.errors import ConfigError
 from kproxy.kernel.node import EXTERNAL_INTERFACE, PLACEHOLDER_IPS, trace_node
+from kproxy.trace.detail import trace_detail
 
 __all__ = [
     "EXTERNAL_INTERFACE",
@@ -140,10 +141,11 @@ class TraceResult:
         """``{"verdict", "endpoints": [{"address", "probability"}], "masquerade", "trace":
         [{"table", "chain", "rule", "line", "unknown"}]}`` (``unknown``: the emulator does not
         model a match or the target of that rule, so the answer is uncertain), plus
-        ``"virtual_server"``, ``"real_server"`` and ``"notes"`` for an IPVS trace, and for an
-        nftables trace ``"hook"``, ``"result"`` (``match``, ``policy``, ``unknown``,
-        ``lookup:hit``, ``lookup:miss``, ``numgen``), ``"target"`` and ``"probability"`` in each
-        trace entry, and ``"notes"``."""
+        ``"virtual_server"``, ``"real_server"`` for an IPVS trace, ``"notes"``, for an nftables
+        trace ``"hook"``, ``"result"`` (``match``, ``policy``, ``unknown``, ``lookup:hit``,
+        ``lookup:miss``, ``numgen``), ``"target"`` and ``"probability"`` in each trace entry, and
+        each endpoint's ``"trace"`` and ``"source"``, ``"snat"`` and ``"delivery"``
+        (:func:`kproxy.trace.detail.trace_detail`)."""
         out: dict[str, Any] = {
             "verdict": self.verdict,
             "endpoints": [{"address": e.address, "probability": e.probability} for e in self.endpoints],
@@ -158,6 +160,9 @@ class TraceResult:
         if self.ipvs:
             out.update(virtual_server=self.virtual_server, real_server=self.real_server,
                        notes=list(self.notes))
+        shown = {(t.hook, t.table, t.chain, t.rule): (t.line, t.unknown) for t in self.trace}
+        out.update(trace_detail(self.outcomes, [(e.address, e.probability) for e in self.endpoints], shown))
+        out.setdefault("notes", list(self.notes))
         return out
 
 

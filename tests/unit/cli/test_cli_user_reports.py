@@ -22,6 +22,7 @@ from kproxy.config import load_configuration
 from kproxy.errors import ConfigError
 from kproxy.kernel.node import PLACEHOLDER_IPS
 from tests.scenarios import NODE, NODE_IP, cluster
+from tests.unit.cli.trace_shares import address_shares
 
 ROOT = Path(__file__).resolve().parents[3]
 DUMP = ROOT / "tests" / "emulation" / "data" / "node-dump.iptables-save"
@@ -61,7 +62,7 @@ def test_trace_iptables_names_every_ipvs_only_flag_in_one_line(manifests: Path, 
     captured = capsys.readouterr()
     (warning,) = _warnings(captured.err)
     assert "--ipvs-scheduler" in warning and "--connections" in warning and "--proxy-mode ipvs" in warning
-    assert json.loads(captured.out)["endpoints"] == [{"address": "10.180.0.1:8080", "probability": 1.0}]
+    assert address_shares(json.loads(captured.out)["endpoints"]) == [{"address": "10.180.0.1:8080", "probability": 1.0}]
 
 
 def test_ipvs_mode_uses_the_iptables_group_flags_without_warning(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -196,7 +197,7 @@ def test_trace_json_adds_node_ips_and_placeholder_keeping_the_contract(manifests
     assert (given["node_ips"], given["node_ip_placeholder"]) == ([NODE_IP], False)
     for out in (guessed, given):
         assert {"verdict", "endpoints", "masquerade", "trace"} <= set(out)
-        assert out["verdict"] == "ACCEPT" and out["endpoints"] == [{"address": "10.180.0.1:8080", "probability": 1.0}]
+        assert out["verdict"] == "ACCEPT" and address_shares(out["endpoints"]) == [{"address": "10.180.0.1:8080", "probability": 1.0}]
 
 
 def test_trace_json_placeholder_is_per_family(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:

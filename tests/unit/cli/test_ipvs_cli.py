@@ -11,6 +11,7 @@ import pytest
 from kproxy.cli.main import main
 from kproxy.cli.render import IPVS_SECTION_PREFIX
 from tests.scenarios import NODE, NODE_IP, cluster
+from tests.unit.cli.trace_shares import address_shares
 
 FLAGS = ["--hostname-override", NODE, "--node-ip", NODE_IP, "--cluster-cidr", "10.0.0.0/8"]
 
@@ -55,10 +56,11 @@ def test_unknown_scheduler_is_a_usage_error(manifests: Path, capsys: pytest.Capt
 def test_trace_json_adds_the_virtual_and_real_server(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The iptables JSON contract plus virtual_server, real_server and notes."""
     out = _trace(capsys, "--manifests", str(manifests), "--proxy-mode", "ipvs", *FLAGS, "--src", "10.0.0.2", "--dst", "172.30.0.41:80")
-    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "virtual_server", "real_server", "notes", "node_ips", "node_ip_placeholder"}
+    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "virtual_server", "real_server", "notes", "node_ips", "node_ip_placeholder",
+                        "snat", "delivery"}
     assert out["verdict"] == "ACCEPT" and out["masquerade"] is False
     assert out["virtual_server"] == "TCP 172.30.0.41:80" and out["real_server"] == "10.180.0.1:8080"
-    assert out["endpoints"] == [{"address": "10.180.0.1:8080", "probability": 1.0}]
+    assert address_shares(out["endpoints"]) == [{"address": "10.180.0.1:8080", "probability": 1.0}]
     assert any(step["table"] == "ipvs" for step in out["trace"])
 
 
@@ -66,7 +68,7 @@ def test_trace_connections_report_shares(manifests: Path, capsys: pytest.Capture
     """--connections 10 to a two-endpoint NodePort under rr splits 0.5 / 0.5."""
     out = _trace(capsys, "--manifests", str(manifests), "--proxy-mode", "ipvs", *FLAGS, "--src", "203.0.113.2",
                  "--dst", f"{NODE_IP}:30003", "--connections", "10")
-    assert out["endpoints"] == [{"address": "10.180.0.2:8080", "probability": 0.5},
+    assert address_shares(out["endpoints"]) == [{"address": "10.180.0.2:8080", "probability": 0.5},
                                 {"address": "10.180.1.1:8080", "probability": 0.5}]
     assert out["masquerade"] is True and any("10 simulated" in n for n in out["notes"])
 
@@ -74,7 +76,7 @@ def test_trace_connections_report_shares(manifests: Path, capsys: pytest.Capture
 def test_trace_no_endpoints_rejects(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A virtual server without real servers answers ICMP port unreachable: REJECT."""
     out = _trace(capsys, "--manifests", str(manifests), "--proxy-mode", "ipvs", *FLAGS, "--src", "10.0.0.2", "--dst", "172.30.0.46:80")
-    assert out["verdict"] == "REJECT" and out["endpoints"] == [] and out["real_server"] is None
+    assert out["verdict"] == "REJECT" and address_shares(out["endpoints"]) == [] and out["real_server"] is None
 
 
 def test_trace_ipvs_save_dump_loads_as_ipvsadm_restore(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from kproxy.cli.main import main
 from tests.scenarios import NODE, NODE_IP, cluster
+from tests.unit.cli.trace_shares import address_shares
 
 DUMP = Path(__file__).resolve().parents[2] / "emulation" / "data" / "node-dump.iptables-save"
 FLAGS = ["--hostname-override", NODE, "--node-ip", NODE_IP, "--cluster-cidr", "10.0.0.0/8"]
@@ -32,9 +33,10 @@ def test_json_has_exactly_the_documented_keys(manifests: Path, capsys: pytest.Ca
     """A NodePort from outside: two endpoints at 0.5, masqueraded, a trace of rule records."""
     out = _trace(capsys, "--manifests", str(manifests), *FLAGS, "--src", "203.0.113.2", "--dst",
                  f"{NODE_IP}:30003")
-    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "node_ips", "node_ip_placeholder"}
+    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "node_ips", "node_ip_placeholder",
+                        "snat", "delivery", "notes"}
     assert out["verdict"] == "ACCEPT" and out["masquerade"] is True
-    assert out["endpoints"] == [{"address": "10.180.0.2:8080", "probability": 0.5},
+    assert address_shares(out["endpoints"]) == [{"address": "10.180.0.2:8080", "probability": 0.5},
                                 {"address": "10.180.1.1:8080", "probability": 0.5}]
     assert all(set(step) == {"table", "chain", "rule", "line", "unknown"} for step in out["trace"])
     assert not any(step["unknown"] for step in out["trace"])
@@ -57,7 +59,7 @@ def test_node_ip_source_goes_through_output(manifests: Path, capsys: pytest.Capt
                  "--proto", "udp")
     chains = [step["chain"] for step in out["trace"]]
     assert "OUTPUT" in chains and "PREROUTING" not in chains
-    assert out["endpoints"] == [{"address": "10.180.0.1:8080", "probability": 1.0}] and out["masquerade"]
+    assert address_shares(out["endpoints"]) == [{"address": "10.180.0.1:8080", "probability": 1.0}] and out["masquerade"]
 
 
 def test_text_output_is_readable(manifests: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,7 +114,8 @@ def test_unknown_steps_are_marked_in_json(tmp_path: Path, capsys: pytest.Capture
     dump.write_text("*filter\n:INPUT ACCEPT [0:0]\n-A INPUT -m bpf --bytecode \"1,6 0 0 0\" -j ACCEPT\n"
                     "-A INPUT -p tcp -j NFQUEUE --queue-num 3\n-A INPUT -p tcp -j ACCEPT\nCOMMIT\n")
     out = _trace(capsys, "--iptables-save", str(dump), "--src", "1.1.1.1", "--dst", "192.0.2.1:80")
-    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "node_ips", "node_ip_placeholder"}
+    assert set(out) == {"verdict", "endpoints", "masquerade", "trace", "node_ips", "node_ip_placeholder",
+                        "snat", "delivery", "notes"}
     assert all(set(step) == {"table", "chain", "rule", "line", "unknown"} for step in out["trace"])
     flags = {step["line"]: step["unknown"] for step in out["trace"]}
     assert flags.get(3) is True

@@ -251,3 +251,17 @@ def test_every_mode_agrees_on_the_bundled_example_cluster(capsys: pytest.Capture
     out = capsys.readouterr().out
     assert status == 0, out
     assert "ipvs-loopback-real-servers-from-outside" in out
+
+
+def test_a_node_dump_directory_is_compared_as_its_iptables_save_with_this_nodes_pod_cidr(
+        manifests: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--node-dump DIR`` compares DIR/iptables-save.txt; ``--pod-cidr`` gives the node's pod range."""
+    (tmp_path / "dump").mkdir()
+    (tmp_path / "dump" / "iptables-save.txt").write_text(_with_docker(_node_dump()))
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--node-dump", str(tmp_path / "dump"), "--pod-cidr", "10.0.5.0/24", "--examples", "100"]) == 0
+    assert "iptables, node-dump agree" in capsys.readouterr().out
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--node-dump", str(tmp_path / "dump"), "--pod-cidr", "172.16.0.0/24"]) == 2
+    err = capsys.readouterr().err
+    assert "--pod-cidr" in err and "outside the cluster CIDR" in err
+    assert main(["verify", "--manifests", str(manifests), *FLAGS, "--node-dump", str(tmp_path)]) == 2
+    assert "no iptables-save.txt" in capsys.readouterr().err
