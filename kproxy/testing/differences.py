@@ -31,6 +31,10 @@ name                                              deviates   what happens
                                                              nftables filter-output chain jumps to
                                                              service-endpoints-check, which rejects it;
                                                              iptables routes it out unchanged.
+``nftables-source-ranges-without-endpoints``      nftables   As the ipvs one: an LB IP with source ranges
+                                                             and no endpoints, from outside the ranges:
+                                                             iptables REJECTs ("has no endpoints"); the
+                                                             nftables firewall-check DROPs first.
 ``nftables-unallocated-clusterip-dropped``        nftables   (with ``--service-cidr``) An address of a
                                                              service CIDR that is no ClusterIP: nftables
                                                              DROPs it; iptables routes it on unchanged.
@@ -306,6 +310,16 @@ def _ipvs_source_ranges_empty(cluster: Cluster, packet: Packet, outcomes: Mappin
             and _answered(outcomes, "iptables", Verdict.REJECT) and _answered(outcomes, "ipvs", Verdict.DROP))
 
 
+def _nft_source_ranges_empty(cluster: Cluster, packet: Packet, outcomes: Mapping[str, Outcome]) -> bool:
+    info = None if _clusterip_ports(cluster, packet) else _external_port(cluster, packet)
+    if (info is None or packet.dst not in info.load_balancer_ips or not info.load_balancer_source_ranges
+            or info.has_any_endpoints):
+        return False
+    return (_outside_ranges(packet.src, info.load_balancer_source_ranges)
+            and _answered(outcomes, "iptables", Verdict.REJECT)
+            and _answered(outcomes, "nftables", Verdict.DROP))
+
+
 def _outside_ranges(ip: str, ranges: tuple[str, ...]) -> bool:
     addr = ipaddress.ip_address(ip)
     nets = (ipaddress.ip_network(c.strip(), strict=False) for c in ranges)
@@ -363,6 +377,14 @@ KNOWN_DIFFERENCES: tuple[KnownDifference, ...] = (
                     "'has no endpoints' REJECT is in KUBE-EXTERNAL-SERVICES (INPUT and FORWARD only), so "
                     "the packet is routed out unchanged; the nftables proxier's filter-output chain "
                     "jumps to service-endpoints-check, whose no-endpoint-services map rejects it"),
+    KnownDifference(
+        name="nftables-source-ranges-without-endpoints", modes=frozenset({"nftables"}),
+        applies=_nft_source_ranges_empty,
+        explanation="an LB IP with loadBalancerSourceRanges and no endpoints, from outside the ranges: "
+                    "iptables writes its firewall only with endpoints ('usesFWChain := hasEndpoints && "
+                    "...') and REJECTs in KUBE-EXTERNAL-SERVICES; the nftables proxier fills firewall-ips "
+                    "whatever the endpoints, and its firewall chain, run at prerouting before the "
+                    "no-endpoint check, DROPs"),
     KnownDifference(
         name="nftables-unallocated-clusterip-dropped", modes=frozenset({"nftables"}),
         applies=_nft_unallocated,

@@ -22,7 +22,7 @@ def scaled(n: int) -> int:
     return n * 20 if THOROUGH else n
 
 
-@settings(max_examples=scaled(300), deadline=None, derandomize=not THOROUGH)
+@settings(max_examples=scaled(120), deadline=None, derandomize=not THOROUGH)
 @given(st.data())
 def test_modes_agree_on_every_packet(kproxy_modes: tuple[str, ...], data: st.DataObject) -> None:
     """The chosen modes agree on verdict, endpoints, distribution and masquerade for any packet."""

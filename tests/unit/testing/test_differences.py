@@ -118,6 +118,8 @@ NFT_CLUSTER = Cluster(
         _service("np", "10.96.0.6", [{"name": "http", "port": 80, "nodePort": 30006}], type="NodePort"),
         _slice("np", [("10.244.1.7", "node-b")], [{"name": "http", "port": 8080}]),
         _service("empty", "10.96.0.7", [{"name": "http", "port": 80}], externalIPs=["192.168.99.7"]),
+        _service("fw", "10.96.0.10", [{"name": "http", "port": 80}], type="LoadBalancer", ingress="198.51.100.10",
+                 loadBalancerSourceRanges=["203.0.113.0/24"]),
     ),
     node=NodeSpec(node_ips=("192.168.0.2", "192.168.0.5", "2001:db8::2")))
 
@@ -129,6 +131,9 @@ NFT_CASES = {
                                                     dport=30006, target=Target.NODE_PORT),
     "nftables-external-without-endpoints-from-node": Packet(src="192.168.0.2", dst="192.168.99.7", sport=40000,
                                                             dport=80, origin=Origin.NODE, target=Target.EXTERNAL_IP),
+    "nftables-source-ranges-without-endpoints": Packet(src="10.244.1.9", dst="198.51.100.10", sport=40000,
+                                                       dport=80, origin=Origin.REMOTE_POD,
+                                                       target=Target.LOAD_BALANCER),
 }
 
 
