@@ -22,6 +22,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import Path
 
 from emulation.errors import NetfilterError
 from kproxy.cli.flags import (
@@ -151,7 +152,18 @@ def _node_dump_of(args: argparse.Namespace, config: RunConfig) -> NodeDump | Non
     version = ipaddress.ip_address(dst_ip).version
     dump = node_dump_from_args(args, trace_node(list(config.node.node_ips)))
     if dump is not None and args.node_dump and not args.iptables_save and not args.ipvs_dump:
+        nft = Path(args.node_dump) / "nft-ruleset.txt"
         rules = dump.rules.get(version)
+        try:
+            empty = rules is None or not Path(rules).read_text(errors="replace").strip()
+        except OSError:
+            empty = False  # unreadable: reading it below names the file and the reason
+        if (config.proxy_mode == "nftables" and "--proxy-mode" in config.given) or (empty and nft.is_file()):
+            raise ConfigError(
+                f"--node-dump {args.node_dump}: a node dump is traced through its iptables-save.txt, "
+                f"which {'is empty' if empty else 'this nftables trace would not use'}; trace its "
+                f"nftables rules with --nft-ruleset {nft}, and its interfaces and routes with "
+                f"--ip-addr and --ip-route from the same folder")
         if rules is None:
             name = "iptables-save.txt" if version == 4 else "ip6tables-save.txt"
             raise ConfigError(f"--node-dump {args.node_dump}: no {name} (the rules are the one file a "

@@ -29,8 +29,8 @@ from kproxy.errors import ConfigError
 __all__ = ["DebugEndpoints", "add_debug_routes"]
 
 _NOT_HERE = ("the debug endpoints inspect a `kproxy run --kernel emulated` kernel mode; this run has "
-             "no emulated node ({why}). On a real node read iptables-save (or ipvsadm-save -n) and give it "
-             "to kproxy trace --iptables-save FILE (--ipvs-dump FILE).\n")
+             "no emulated node ({why}). On a real node read iptables-save, ipvsadm-save -n or nft list "
+             "ruleset and give it to kproxy trace --iptables-save, --ipvs-dump or --nft-ruleset FILE.\n")
 
 
 @runtime_checkable

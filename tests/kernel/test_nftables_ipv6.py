@@ -4,6 +4,7 @@ emulator predicts which endpoint answers, the source it sees and the counters af
 from __future__ import annotations
 
 import random
+import re
 import tempfile
 from collections.abc import Iterator
 
@@ -96,4 +97,22 @@ def test_ipv6_emulator_predicts_endpoint_and_source(node: Topology) -> None:
                 emu.send(packet, rng)
     kernel = sh("ip", "netns", "exec", node.names["node"], "nft", "list", "table", "ip6", "kube-proxy").stdout
     assert "counter packets 0 " not in kernel.split("chain nat-prerouting")[1].split("}")[0]  # counted
-    assert canonical(emu.list_ruleset()) == canonical(kernel)
+    # How often a refused client's TCP sends its SYN again before it reports ECONNREFUSED depends
+    # on timing (two SYNs were seen on a quiet machine, more under load), so the reject counter is
+    # compared as "at least what the emulator counted"; every other counter must be equal.
+    emulated, real = canonical(emu.list_ruleset()), canonical(kernel)
+    want, got = _reject_packets(emulated), _reject_packets(real)
+    assert got >= want > 0, (got, want)
+    assert _without_reject_counter(emulated) == _without_reject_counter(real)
+
+
+_REJECT_COUNTER = re.compile(r"counter packets (\d+) bytes \d+ reject")
+
+
+def _reject_packets(listing: str) -> int:
+    """The packets the reject chain's counter counted (0 when it has none)."""
+    return sum(int(m.group(1)) for m in _REJECT_COUNTER.finditer(listing))
+
+
+def _without_reject_counter(listing: str) -> str:
+    return _REJECT_COUNTER.sub("counter packets N bytes N reject", listing)

@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (long test names are kept whole)
 """`kproxy trace --node-dump DIR` and the single `--ip-*` files, on `ip -j` output captured from a
 flannel-like namespace (tests/emulation/data/nodedump/flannel: eth0 192.168.50.2/24, cni0
 10.244.0.1/24 with port veth1, flannel.1 10.244.0.0/32, 10.244.1.0/24 via flannel.1)."""
@@ -159,3 +160,13 @@ def test_recent_lists_from_the_dump_pin_a_client_to_its_endpoint(
     out = _trace(capsys, "--node-dump", str(dump), *packet)
     assert [(e["address"], e["probability"]) for e in out["endpoints"]] == [  # type: ignore[union-attr]
         ("10.244.1.7:8080", 1.0)]
+
+
+def test_a_node_dump_of_an_nftables_node_points_at_its_nft_ruleset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A dump whose iptables-save.txt is empty but holds nft-ruleset.txt is not traced as an empty
+    iptables node (a silent DROP): exit 2, naming --nft-ruleset and the file."""
+    (tmp_path / "iptables-save.txt").write_text("")
+    (tmp_path / "nft-ruleset.txt").write_text("table ip kube-proxy {\n}\n")
+    argv = ["trace", "--node-dump", str(tmp_path), "--src", "10.0.0.5", "--dst", "10.96.0.10:80"]
+    assert main(argv) == 2
+    assert f"--nft-ruleset {tmp_path / 'nft-ruleset.txt'}" in capsys.readouterr().err

@@ -165,3 +165,13 @@ def test_round_robin_skips_tried_nodes_on_a_retry() -> None:
     assert first is not None
     for _ in range(5):
         assert chooser.choose(_attempt("h", "/", last_failed=True, tried=[first])).node != first
+
+
+def test_an_internal_traffic_policy_local_service_keeps_every_ready_endpoint() -> None:
+    """ingress-nginx reads the EndpointSlices itself: internalTrafficPolicy Local (no endpoint on this
+    node) does not empty the upstream, which would answer 503."""
+    svc = _svc("c", "10.96.0.3", ["10.0.2.1", "10.0.2.2"])
+    svc[0]["spec"]["internalTrafficPolicy"] = "Local"
+    t = _table(*svc, _ing("x", {"rules": [{"http": {"paths": [_p("/", "Prefix", "c")]}}]}))
+    backend = t.route("anything", "/").backend
+    assert backend is not None and backend.nodes == ("10.0.2.1:8080", "10.0.2.2:8080")

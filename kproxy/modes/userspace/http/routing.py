@@ -96,7 +96,11 @@ def path_matches(location: Location, path: str) -> bool:
 
 
 def _servicing_endpoints(info: ServicePortInfo) -> tuple[Endpoint, ...]:
-    return info.cluster_endpoints
+    """The endpoints ingress-nginx balances over: the ready ones of the Service port's slices,
+    whatever its traffic policies (the controller reads EndpointSlices itself and never applies
+    ``internalTrafficPolicy``); else kube-proxy's serving-terminating fallback."""
+    ready = tuple(ep for ep in info.endpoints if ep.ready)
+    return ready or info.cluster_endpoints or info.all_reachable_endpoints
 
 
 class RouteTable:
