@@ -50,6 +50,7 @@ from emulation.clock import ManualClock
 from emulation.netfilter import Netns, load
 from emulation.node import Interface, Node, Route
 from emulation.packet import Packet
+from tests.emulation.test_conntrack_match_no_entry import CASES, CLIENT, KINDS
 from tests.kernel.conftest import Executor
 from tests.kernel.harness import parse_counters
 from tests.kernel.netns import cleanup_stale, netns, sh
@@ -58,7 +59,6 @@ from tests.kernel.restore import Restorer
 KERNEL_TOOLS = ("iptables-restore", "iptables-save", "sysctl")
 
 NODE_IP = "192.168.0.2"
-CLIENT = "203.0.113.2"
 
 
 def node_model() -> Node:
@@ -86,45 +86,7 @@ PACKETS: dict[str, Packet] = {
 #: ``(options, matches INVALID, matches UNTRACKED, matches the new flow's packet)``: what
 #: ``conntrack_mt`` returns. The new flow's entry: original (203.0.113.2, 40003 -> 192.168.0.2,
 #: 9003), reply (192.168.0.2, 9003 -> 203.0.113.2, 40003), no NAT, direction ORIGINAL.
-CASES: list[tuple[str, bool, bool, bool]] = [
-    # --ctstate alone: the state bit, whether or not there is an entry.
-    ("--ctstate INVALID", True, False, False),
-    ("--ctstate UNTRACKED", False, True, False),
-    ("--ctstate INVALID,UNTRACKED", True, True, False),
-    ("! --ctstate INVALID", False, True, True),
-    ("! --ctstate NEW", True, True, False),
-    # SNAT/DNAT bits come from ct->status, only "if (ct != NULL)".
-    ("--ctstate SNAT,DNAT", False, False, False),
-    ("! --ctstate SNAT,DNAT", True, True, True),
-    # Without --ctstate, "if (ct == NULL) return info->match_flags & XT_CONNTRACK_STATE": false.
-    ("--ctdir ORIGINAL", False, False, True),
-    ("--ctdir REPLY", False, False, False),
-    ("--ctorigsrc 203.0.113.2", False, False, True),
-    ("! --ctorigsrc 203.0.113.2", False, False, False),
-    ("! --ctorigsrc 10.0.0.0/8", False, False, True),
-    ("--ctorigdst 192.168.0.2", False, False, True),
-    ("! --ctorigdst 10.0.0.0/8", False, False, True),
-    ("--ctreplsrc 192.168.0.2", False, False, True),
-    ("! --ctreplsrc 10.0.0.0/8", False, False, True),
-    ("--ctrepldst 203.0.113.2", False, False, True),
-    ("! --ctrepldst 10.0.0.0/8", False, False, True),
-    ("--ctorigsrcport 40000:40010", False, False, True),
-    ("! --ctorigsrcport 1", False, False, True),
-    ("--ctorigdstport 9000:9010", False, False, True),
-    ("! --ctorigdstport 1:1000", False, False, True),
-    ("--ctreplsrcport 9003", False, False, True),
-    ("! --ctreplsrcport 1", False, False, True),
-    ("--ctrepldstport 40003", False, False, True),
-    ("! --ctrepldstport 1", False, False, True),
-    # With --ctstate holding and no entry, the rest is skipped: these hold, negated or not.
-    ("--ctstate INVALID,UNTRACKED --ctdir REPLY", True, True, False),
-    ("--ctstate INVALID,UNTRACKED --ctorigsrc 10.9.9.9", True, True, False),
-    ("--ctstate INVALID,UNTRACKED,NEW ! --ctorigsrc 203.0.113.2", True, True, False),
-    ("! --ctstate ESTABLISHED --ctorigdstport 1 --ctdir REPLY", True, True, False),
-    ("--ctstate NEW --ctdir ORIGINAL --ctorigdstport 9003", False, False, True),
-]
 # fmt: on
-KINDS = ("invalid", "untracked", "entry")
 
 
 GATEWAY = "192.168.0.1"

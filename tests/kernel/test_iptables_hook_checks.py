@@ -21,146 +21,27 @@ import re
 
 import pytest
 
+from tests.emulation.test_nat_hook_checks import (
+    ACCEPTED,
+    ICMP_MATCH,
+    PROTO_SAVED,
+    REFUSED,
+    filt,
+)
 from tests.kernel.conftest import Executor
 from tests.kernel.restore import Restorer
 
 KERNEL_TOOLS = ("iptables-restore", "ip6tables-restore", "iptables-save", "ip6tables-save", "iptables", "ip6tables")
 
-NAT_HEAD = """*nat
-:PREROUTING ACCEPT [0:0]
-:INPUT ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-:POSTROUTING ACCEPT [0:0]
-"""
-FILTER_HEAD = """*filter
-:INPUT ACCEPT [0:0]
-:FORWARD ACCEPT [0:0]
-:OUTPUT ACCEPT [0:0]
-"""
-DNAT = "-p tcp -j DNAT --to-destination 10.0.0.1:80"
-
-
-def nat(*lines: str) -> str:
-    return NAT_HEAD + "".join(f"{line}\n" for line in lines) + "COMMIT\n"
-
-
-def filt(*lines: str) -> str:
-    return FILTER_HEAD + "".join(f"{line}\n" for line in lines) + "COMMIT\n"
-
 
 #: (id, version, restore text, line of the refused rule, message regex) the kernel refuses.
-REFUSED: list[tuple[str, int, str, int, str]] = [
-    (
-        "masquerade-prerouting",
-        4,
-        nat("-A PREROUTING -j MASQUERADE"),
-        6,
-        r"MASQUERADE target: used from hooks PREROUTING, but only usable from POSTROUTING",
-    ),
-    (
-        "masquerade-via-user-chain",
-        4,
-        nat(":M - [0:0]", "-A PREROUTING -j M", "-A M -j MASQUERADE"),
-        8,
-        r"MASQUERADE target: used from hooks PREROUTING, but only usable from POSTROUTING",
-    ),
-    (
-        "masquerade-via-goto",
-        4,
-        nat(":M - [0:0]", "-A PREROUTING -g M", "-A M -j MASQUERADE"),
-        8,
-        r"MASQUERADE target: used from hooks PREROUTING, but only usable from POSTROUTING",
-    ),
-    (
-        "dnat-from-postrouting",
-        4,
-        nat(":A - [0:0]", ":B - [0:0]", "-A POSTROUTING -j A", "-A A -j B", f"-A B {DNAT}"),
-        10,
-        r"DNAT target: used from hooks POSTROUTING, but only usable from PREROUTING/OUTPUT",
-    ),
-    (
-        "dnat-input",
-        4,
-        nat(f"-A INPUT {DNAT}"),
-        6,
-        r"DNAT target: used from hooks INPUT, but only usable from PREROUTING/OUTPUT",
-    ),
-    (
-        "snat-from-output",
-        4,
-        nat(":S - [0:0]", "-A OUTPUT -j S", "-A S -j SNAT --to-source 10.0.0.9"),
-        8,
-        r"SNAT target: used from hooks OUTPUT, but only usable from INPUT/POSTROUTING",
-    ),
-    (
-        "redirect-postrouting",
-        4,
-        nat("-A POSTROUTING -p tcp -j REDIRECT --to-ports 8080"),
-        6,
-        r"REDIRECT target: used from hooks POSTROUTING, but only usable from PREROUTING/OUTPUT",
-    ),
-    (
-        "dnat-in-chain-from-prerouting-and-postrouting",
-        4,
-        nat(":X - [0:0]", "-A PREROUTING -j X", "-A POSTROUTING -j X", f"-A X {DNAT}"),
-        9,
-        r"DNAT target: used from hooks PREROUTING/POSTROUTING, but only usable from PREROUTING/OUTPUT",
-    ),
-    (
-        "masquerade-prerouting-ipv6",
-        6,
-        nat("-A PREROUTING -j MASQUERADE"),
-        6,
-        r"ip6_tables: MASQUERADE target: used from hooks PREROUTING",
-    ),
-]
 
 #: (id, version, restore text) the kernel loads.
-ACCEPTED: list[tuple[str, int, str]] = [
-    ("reject-reached-only-from-input", 4, filt(":R - [0:0]", "-A INPUT -j R", "-A R -j REJECT")),
-    (
-        "reject-from-every-filter-hook",
-        4,
-        filt(":R - [0:0]", "-A INPUT -j R", "-A FORWARD -g R", "-A OUTPUT -j R", "-A R -j REJECT"),
-    ),
-    ("unreachable-chain", 4, nat(":U - [0:0]", "-A U -j MASQUERADE", f"-A U {DNAT}")),
-    (
-        "dnat-from-prerouting-and-output",
-        4,
-        nat(":X - [0:0]", "-A PREROUTING -j X", "-A OUTPUT -j X", f"-A X {DNAT}"),
-    ),
-    (
-        "snat-input-and-postrouting",
-        4,
-        nat(":S - [0:0]", "-A INPUT -j S", "-A POSTROUTING -j S", "-A S -j SNAT --to-source 10.0.0.9"),
-    ),
-    ("masquerade-postrouting-ipv6", 6, nat("-A POSTROUTING -j MASQUERADE")),
-]
 
 
 #: (version, rule, refused) for ``-m icmp`` / ``-m icmp6``, as the real tools do.
-ICMP_MATCH: list[tuple[int, str, bool]] = [
-    (4, "-A INPUT -m icmp --icmp-type 8 -j ACCEPT", True),
-    (4, "-A INPUT ! -p icmp -m icmp --icmp-type 8 -j ACCEPT", True),
-    (4, "-A INPUT -p tcp -m icmp --icmp-type 8 -j ACCEPT", True),
-    (4, "-A INPUT -p icmp -m icmp --icmp-type 8 -j ACCEPT", False),
-    (4, "-A INPUT -p 1 -m icmp --icmp-type 8 -j ACCEPT", False),
-    (4, "-A INPUT -p ICMP -m icmp --icmp-type 8 -j ACCEPT", False),
-    (6, "-A INPUT -m icmp6 --icmpv6-type 128 -j ACCEPT", True),
-    (6, "-A INPUT ! -p icmpv6 -m icmp6 --icmpv6-type 128 -j ACCEPT", True),
-    (6, "-A INPUT -p tcp -m icmp6 --icmpv6-type 128 -j ACCEPT", True),
-    (6, "-A INPUT -p icmp -m icmp6 --icmpv6-type 128 -j ACCEPT", True),
-    (6, "-A INPUT -p icmpv6 -m icmp6 --icmpv6-type 128 -j ACCEPT", False),
-    (6, "-A INPUT -p ipv6-icmp -m icmp6 --icmpv6-type 128 -j ACCEPT", False),
-    (6, "-A INPUT -p 58 -m icmp6 --icmpv6-type 128 -j ACCEPT", False),
-]
 
 #: ``-p`` as given -> as iptables-save / ip6tables-save 1.8.9 print it (same for both).
-PROTO_SAVED: list[tuple[str, str]] = [
-    ("6", "tcp"), ("17", "udp"), ("132", "sctp"), ("136", "udplite"), ("1", "icmp"), ("TCP", "tcp"),
-    ("50", "esp"), ("51", "ah"), ("47", "gre"), ("33", "dccp"), ("135", "mobility-header"),
-    ("mh", "mobility-header"), ("200", "200"), ("icmpv6", "ipv6-icmp"), ("58", "ipv6-icmp"),
-]  # fmt: skip
 
 
 @pytest.mark.parametrize(("version", "text", "line", "message"),
